@@ -1,0 +1,26 @@
+"""Alembic environment: runs over a synchronous driver (PyMySQL / sqlite3) of the configured URL."""
+
+from __future__ import annotations
+
+from alembic import context
+from sqlalchemy import create_engine, pool
+
+from service.adapters.db.tables import metadata
+
+config = context.config
+
+
+def run_migrations_online() -> None:
+    engine = create_engine(config.get_main_option("sqlalchemy.url") or "", poolclass=pool.NullPool)
+    with engine.connect() as connection:
+        context.configure(
+            connection=connection,
+            target_metadata=metadata,
+            render_as_batch=connection.dialect.name == "sqlite",
+            compare_type=True,
+        )
+        with context.begin_transaction():
+            context.run_migrations()
+
+
+run_migrations_online()

@@ -1,0 +1,110 @@
+"""Per-user bookkeeping around the memories: the capture switch, projects, ledger, lock row, settings."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from service.adapters.db.dialect import for_update, insert_ignore, upsert
+from service.adapters.db.tables import (
+    EXTRACTION_MODEL_SETTING,
+    memory_event_ledger,
+    memory_system_setting,
+    memory_user_project,
+    memory_user_state,
+    user_memory_preference,
+)
+
+
+class AccountRepository:
+    def __init__(self, conn: AsyncConnection) -> None:
+        self.conn = conn
+
+    async def capture_enabled(self, user_id: int) -> bool:
+        """D9: no preference row means off."""
+        value = await self.conn.scalar(
+            sa.select(user_memory_preference.c.auto_capture_enabled).where(
+                user_memory_preference.c.user_id == user_id
+            )
+        )
+        return bool(value)
+
+    async def set_capture(self, user_id: int, enabled: bool, now: datetime) -> None:
+        await upsert(
+            self.conn,
+            user_memory_preference,
+            {"user_id": user_id, "auto_capture_enabled": enabled, "created_at": now, "updated_at": now},
+            ["auto_capture_enabled", "updated_at"],
+        )
+
+    async def remember_project(self, user_id: int, project_key: str, now: datetime) -> None:
+        await insert_ignore(
+            self.conn,
+            memory_user_project,
+            {"user_id": user_id, "project_key": project_key, "first_seen_at": now},
+        )
+
+    async def seen_projects(self, user_id: int) -> list[str]:
+        rows = await self.conn.execute(
+            sa.select(memory_user_project.c.project_key).where(memory_user_project.c.user_id == user_id)
+        )
+        return [r.project_key for r in rows]
+
+    async def is_processed(self, event_id: str) -> bool:
+        found = await self.conn.scalar(
+            sa.select(memory_event_ledger.c.event_id).where(memory_event_ledger.c.event_id == event_id)
+        )
+        return found is not None
+
+    async def mark_processed(
+        self, event_id: str, user_id: int, session_id: int, outcome: str, now: datetime
+    ) -> bool:
+        """False when the event id is already in the ledger: the caller must roll back its effects."""
+        try:
+            async with self.conn.begin_nested():
+                await self.conn.execute(
+                    memory_event_ledger.insert().values(
+                        event_id=event_id,
+                        user_id=user_id,
+                        session_id=session_id,
+                        outcome=outcome,
+                        processed_at=now,
+                    )
+                )
+        except IntegrityError:
+            return False
+        return True
+
+    async def ensure_user_state(self, user_id: int) -> None:
+        await insert_ignore(self.conn, memory_user_state, {"user_id": user_id, "last_consolidated_at": None})
+
+    async def lock_user(self, user_id: int) -> datetime | None:
+        """Hold the user's row lock until the transaction ends; returns the last consolidation time."""
+        stmt = sa.select(memory_user_state.c.last_consolidated_at).where(memory_user_state.c.user_id == user_id)
+        return await self.conn.scalar(for_update(stmt, self.conn))
+
+    async def set_consolidated(self, user_id: int, when: datetime) -> None:
+        await self.conn.execute(
+            memory_user_state.update()
+            .where(memory_user_state.c.user_id == user_id)
+            .values(last_consolidated_at=when)
+        )
+
+    async def extraction_model(self) -> str:
+        value = await self.conn.scalar(
+            sa.select(memory_system_setting.c.value).where(
+                memory_system_setting.c.setting_key == EXTRACTION_MODEL_SETTING
+            )
+        )
+        return (value or "").strip()
+
+    async def set_extraction_model(self, value: str, now: datetime) -> None:
+        await upsert(
+            self.conn,
+            memory_system_setting,
+            {"setting_key": EXTRACTION_MODEL_SETTING, "value": value, "updated_at": now},
+            ["value", "updated_at"],
+        )

@@ -1,0 +1,101 @@
+"""Connections and the unit of work: a transaction is a visible `async with` block, rolled back unless committed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+
+import sqlalchemy as sa
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from service.adapters.db.account_repository import AccountRepository
+from service.adapters.db.memory_repository import MemoryRepository
+
+# Errors after which the same work may succeed: the server went away, a deadlock, a lock wait timeout.
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (OperationalError, PoolTimeout, ConnectionError, OSError)
+
+
+def utcnow() -> datetime:
+    """Naive UTC, the form both dialects store."""
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def is_transient(exc: BaseException) -> bool:
+    if isinstance(exc, TRANSIENT_ERRORS):
+        return True
+    return isinstance(exc, DBAPIError) and exc.connection_invalidated
+
+
+class UnitOfWork:
+    def __init__(self, conn: AsyncConnection) -> None:
+        self.conn = conn
+        self.memories = MemoryRepository(conn)
+        self.accounts = AccountRepository(conn)
+        self._committed = False
+
+    async def commit(self) -> None:
+        await self.conn.commit()
+        self._committed = True
+
+
+class Database:
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+        self.is_sqlite = engine.dialect.name == "sqlite"
+        # SQLite has a single writer; serializing writers here turns SQLITE_BUSY into a queue and
+        # plays the part of MySQL's per-user row lock in the embedded setup.
+        self._sqlite_writer = asyncio.Lock()
+        self._ensured_users: set[int] = set()
+
+    @asynccontextmanager
+    async def read(self) -> AsyncIterator[UnitOfWork]:
+        """A short read-only transaction."""
+        async with self.engine.connect() as conn:
+            yield UnitOfWork(conn)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[UnitOfWork]:
+        """Rolls back unless `commit()` was called inside the block."""
+        async with self._writer(), self.engine.connect() as conn:
+            await conn.begin()
+            uow = UnitOfWork(conn)
+            try:
+                yield uow
+            finally:
+                if not uow._committed and conn.in_transaction():
+                    await conn.rollback()
+
+    @asynccontextmanager
+    async def locked_user(self, user_id: int) -> AsyncIterator[UnitOfWork]:
+        """A transaction holding the user's lock: the 200 cap and the D13/D15 re-checks rely on it."""
+        if user_id not in self._ensured_users:
+            # The lock row is created in its own short transaction, so that two first writers never
+            # deadlock upgrading shared locks from an insert-if-missing.
+            async with self.transaction() as uow:
+                await uow.accounts.ensure_user_state(user_id)
+                await uow.commit()
+            if len(self._ensured_users) > 100_000:
+                self._ensured_users.clear()
+            self._ensured_users.add(user_id)
+        async with self.transaction() as uow:
+            await uow.accounts.lock_user(user_id)
+            yield uow
+
+    @asynccontextmanager
+    async def _writer(self) -> AsyncIterator[None]:
+        if self.is_sqlite:
+            async with self._sqlite_writer:
+                yield
+        else:
+            yield
+
+    async def ping(self) -> None:
+        async with self.engine.connect() as conn:
+            await conn.execute(sa.text("SELECT 1"))
+
+    async def dispose(self) -> None:
+        await self.engine.dispose()

@@ -1,0 +1,65 @@
+"""The async engine for either dialect, and the schema migrations that prepare it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import event
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+MIGRATIONS_DIR = Path(__file__).resolve().parents[3] / "migrations"
+
+
+def build_engine(url: str, pool_size: int) -> AsyncEngine:
+    """MySQL runs READ COMMITTED so a read after taking the user lock sees the previous holder's rows."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        _ensure_parent(parsed.database)
+        engine = create_async_engine(url, connect_args={"timeout": 30})
+        event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        return engine
+    return create_async_engine(
+        url,
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        pool_pre_ping=True,
+        pool_recycle=1800,
+        pool_timeout=10,
+        isolation_level="READ COMMITTED",
+        connect_args={"connect_timeout": 5, "charset": "utf8mb4"},
+    )
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
+
+
+def _ensure_parent(database: str | None) -> None:
+    if database and database != ":memory:":
+        Path(database).parent.mkdir(parents=True, exist_ok=True)
+
+
+def sync_url(url: str) -> str:
+    """Alembic runs synchronously: the same database through PyMySQL or the stdlib sqlite3."""
+    parsed = make_url(url)
+    driver = "mysql+pymysql" if parsed.get_backend_name() == "mysql" else "sqlite"
+    return parsed.set(drivername=driver).render_as_string(hide_password=False)
+
+
+def upgrade_schema(url: str) -> None:
+    """Apply every pending migration; a no-op when the schema is current, so safe to re-run."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        _ensure_parent(parsed.database)
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.set_main_option("sqlalchemy.url", sync_url(url).replace("%", "%%"))
+    command.upgrade(config, "head")

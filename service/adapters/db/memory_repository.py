@@ -1,0 +1,147 @@
+"""Queries on `memory_item` and its append-only `memory_history`; every one is scoped by user_id (D4)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from service.adapters.db.tables import memory_history, memory_item
+from service.core.model import Group, MemoryRow, Scope, Source, Status
+
+t = memory_item
+
+
+def to_row(record: Any) -> MemoryRow:
+    return MemoryRow(
+        id=record.id,
+        scope=Scope(record.scope),
+        project_key=record.project_key,
+        content=record.content,
+        source=Source(record.source),
+        status=Status(record.status),
+        dedup_hash=record.dedup_hash,
+        updated_at=record.updated_at,
+    )
+
+
+def _groups_clause(project_key: str | None) -> sa.ColumnElement[bool]:
+    user = sa.and_(t.c.scope == Scope.USER.value, t.c.project_key == "")
+    if not project_key:
+        return user
+    return sa.or_(user, sa.and_(t.c.scope == Scope.PROJECT.value, t.c.project_key == project_key))
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryEntry:
+    """Who changed what, and which conversation caused it, so a polluted memory can be traced."""
+
+    action: str
+    actor: str
+    old_content: str | None = None
+    new_content: str | None = None
+    event_id: str | None = None
+    session_id: int | None = None
+    model: str | None = None
+
+
+class MemoryRepository:
+    def __init__(self, conn: AsyncConnection) -> None:
+        self.conn = conn
+
+    async def auto_active_in_groups(self, user_id: int, project_key: str | None) -> list[MemoryRow]:
+        """The rows D13 may show the model and D14 may demote: AUTO, ACTIVE, USER or this project."""
+        rows = await self.conn.execute(
+            sa.select(t).where(
+                t.c.user_id == user_id,
+                t.c.status == Status.ACTIVE.value,
+                t.c.source == Source.AUTO.value,
+                _groups_clause(project_key),
+            )
+        )
+        return [to_row(r) for r in rows]
+
+    async def dismissed_contents(self, user_id: int, project_key: str | None, limit: int = 200) -> list[str]:
+        rows = await self.conn.execute(
+            sa.select(t.c.content)
+            .where(t.c.user_id == user_id, t.c.status == Status.DISMISSED.value, _groups_clause(project_key))
+            .order_by(t.c.updated_at.desc(), t.c.id.desc())
+            .limit(limit)
+        )
+        return [r.content for r in rows]
+
+    async def by_hashes(self, user_id: int, hashes: Iterable[str]) -> dict[str, MemoryRow]:
+        wanted = sorted(set(hashes))
+        if not wanted:
+            return {}
+        rows = await self.conn.execute(sa.select(t).where(t.c.user_id == user_id, t.c.dedup_hash.in_(wanted)))
+        return {r.dedup_hash: to_row(r) for r in rows}
+
+    async def active_count(self, user_id: int) -> int:
+        count = await self.conn.scalar(
+            sa.select(sa.func.count()).select_from(t).where(
+                t.c.user_id == user_id, t.c.status == Status.ACTIVE.value
+            )
+        )
+        return int(count or 0)
+
+    async def insert(
+        self,
+        user_id: int,
+        group: Group,
+        content: str,
+        digest: str,
+        source: Source,
+        origin_session_id: int | None,
+        now: datetime,
+    ) -> int:
+        result = await self.conn.execute(
+            t.insert().values(
+                user_id=user_id,
+                scope=group.scope.value,
+                project_key=group.project_key,
+                content=content,
+                source=source.value,
+                status=Status.ACTIVE.value,
+                dedup_hash=digest,
+                origin_session_id=origin_session_id,
+                created_at=now,
+                updated_at=now,
+            )
+        )
+        return int(result.inserted_primary_key[0])
+
+    async def touch(self, user_id: int, row_id: int, now: datetime) -> None:
+        await self.conn.execute(t.update().where(t.c.user_id == user_id, t.c.id == row_id).values(updated_at=now))
+
+    async def update_content(self, user_id: int, row_id: int, content: str, digest: str, now: datetime) -> None:
+        await self.conn.execute(
+            t.update()
+            .where(t.c.user_id == user_id, t.c.id == row_id)
+            .values(content=content, dedup_hash=digest, updated_at=now)
+        )
+
+    async def set_status(self, user_id: int, row_id: int, status: Status, now: datetime) -> None:
+        await self.conn.execute(
+            t.update().where(t.c.user_id == user_id, t.c.id == row_id).values(status=status.value, updated_at=now)
+        )
+
+    async def record(self, user_id: int, memory_id: int, entry: HistoryEntry, now: datetime) -> None:
+        await self.conn.execute(
+            memory_history.insert().values(
+                memory_id=memory_id,
+                user_id=user_id,
+                action=entry.action,
+                actor=entry.actor,
+                old_content=entry.old_content,
+                new_content=entry.new_content,
+                event_id=entry.event_id,
+                session_id=entry.session_id,
+                model=entry.model,
+                created_at=now,
+            )
+        )

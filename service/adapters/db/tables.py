@@ -1,0 +1,107 @@
+"""Table definitions (SQLAlchemy Core), shared by the queries and the migrations' intent.
+
+Seed 5.1's `memory_item` and `user_memory_preference`, plus the service's own bookkeeping.
+Timestamps are UTC, set by the service (not by the database) so both dialects behave the same, and
+kept to the microsecond so the list order `updated_at DESC, id DESC` is stable.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import mysql
+
+metadata = sa.MetaData()
+
+BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+Timestamp = sa.DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql")
+MYSQL_OPTS = {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4", "mysql_collate": "utf8mb4_bin"}
+
+memory_item = sa.Table(
+    "memory_item",
+    metadata,
+    sa.Column("id", BigId, primary_key=True, autoincrement=True),
+    sa.Column("user_id", sa.BigInteger, nullable=False),
+    sa.Column("scope", sa.String(16), nullable=False),
+    sa.Column("project_key", sa.String(128), nullable=False, server_default=""),
+    sa.Column("content", sa.Text, nullable=False),
+    sa.Column("source", sa.String(16), nullable=False, server_default="MANUAL"),
+    sa.Column("status", sa.String(16), nullable=False, server_default="ACTIVE"),
+    sa.Column("dedup_hash", sa.CHAR(40), nullable=False),
+    sa.Column("origin_session_id", sa.BigInteger, nullable=True),
+    sa.Column("created_at", Timestamp, nullable=False),
+    sa.Column("updated_at", Timestamp, nullable=False),
+    sa.UniqueConstraint("user_id", "dedup_hash", name="uk_memory_dedup"),
+    sa.Index("idx_memory_user", "user_id", "scope", "status", "updated_at"),
+    sa.Index("idx_memory_project", "user_id", "project_key", "status", "updated_at"),
+    sa.Index("idx_memory_recent", "user_id", "updated_at"),
+    **MYSQL_OPTS,
+)
+
+user_memory_preference = sa.Table(
+    "user_memory_preference",
+    metadata,
+    sa.Column("user_id", sa.BigInteger, primary_key=True, autoincrement=False),
+    # D9 as adjusted on 2026-10-02: capture is off until the user turns it on.
+    sa.Column("auto_capture_enabled", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("created_at", Timestamp, nullable=False),
+    sa.Column("updated_at", Timestamp, nullable=False),
+    **MYSQL_OPTS,
+)
+
+memory_event_ledger = sa.Table(
+    "memory_event_ledger",
+    metadata,
+    sa.Column("event_id", sa.String(128), primary_key=True),
+    sa.Column("user_id", sa.BigInteger, nullable=False),
+    sa.Column("session_id", sa.BigInteger, nullable=False),
+    sa.Column("outcome", sa.String(32), nullable=False),
+    sa.Column("processed_at", Timestamp, nullable=False),
+    **MYSQL_OPTS,
+)
+
+memory_user_project = sa.Table(
+    "memory_user_project",
+    metadata,
+    sa.Column("user_id", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("project_key", sa.String(128), primary_key=True),
+    sa.Column("first_seen_at", Timestamp, nullable=False),
+    **MYSQL_OPTS,
+)
+
+memory_user_state = sa.Table(
+    "memory_user_state",
+    metadata,
+    # The per-user lock row (SELECT … FOR UPDATE) and the consolidation cooldown (D15).
+    sa.Column("user_id", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("last_consolidated_at", Timestamp, nullable=True),
+    **MYSQL_OPTS,
+)
+
+memory_system_setting = sa.Table(
+    "memory_system_setting",
+    metadata,
+    sa.Column("setting_key", sa.String(128), primary_key=True),
+    sa.Column("value", sa.String(512), nullable=False, server_default=""),
+    sa.Column("updated_at", Timestamp, nullable=False),
+    **MYSQL_OPTS,
+)
+
+memory_history = sa.Table(
+    "memory_history",
+    metadata,
+    sa.Column("id", BigId, primary_key=True, autoincrement=True),
+    sa.Column("memory_id", sa.BigInteger, nullable=False),
+    sa.Column("user_id", sa.BigInteger, nullable=False),
+    sa.Column("action", sa.String(16), nullable=False),
+    sa.Column("actor", sa.String(16), nullable=False),
+    sa.Column("old_content", sa.Text, nullable=True),
+    sa.Column("new_content", sa.Text, nullable=True),
+    sa.Column("event_id", sa.String(128), nullable=True),
+    sa.Column("session_id", sa.BigInteger, nullable=True),
+    sa.Column("model", sa.String(128), nullable=True),
+    sa.Column("created_at", Timestamp, nullable=False),
+    sa.Index("idx_history_item", "user_id", "memory_id", "id"),
+    **MYSQL_OPTS,
+)
+
+EXTRACTION_MODEL_SETTING = "memory.extractionModelId"

@@ -1,0 +1,240 @@
+"""Key-ordered concurrent consumption over aiokafka, with our own offset commits.
+
+FastStream's acknowledgement policies either commit past unfinished messages or redeliver a poison
+message in a hot loop, so this loop owns the consumer: events of one key (sessionId) run strictly in
+order, different keys run concurrently, and each partition is committed only up to its first
+unfinished offset. The loop knows nothing about memories; it calls `process(record)`, which returns
+once the record's effects are committed (or dead-lettered).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Any
+
+import structlog
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka.abc import ConsumerRebalanceListener
+from aiokafka.errors import KafkaError
+from aiokafka.structs import OffsetAndMetadata
+
+from service.adapters.kafka.offsets import PartitionOffsets
+from service.adapters.metrics import Metrics
+
+log = structlog.get_logger(__name__)
+
+Process = Callable[[ConsumerRecord[bytes, bytes]], Awaitable[None]]
+
+
+class _Chain:
+    """The queued records of one key and the task draining them in order."""
+
+    def __init__(self, partition: TopicPartition) -> None:
+        self.partition = partition
+        self.records: deque[ConsumerRecord[bytes, bytes]] = deque()
+        self.task: asyncio.Task[None] | None = None
+
+
+class KeyOrderedRunner:
+    def __init__(
+        self,
+        consumer: AIOKafkaConsumer,
+        topic: str,
+        process: Process,
+        metrics: Metrics,
+        max_buffered: int,
+        grace_s: float,
+        commit_interval_s: float = 0.5,
+    ) -> None:
+        self._consumer = consumer
+        self._topic = topic
+        self._process = process
+        self._metrics = metrics
+        self._max_buffered = max_buffered
+        self._grace_s = grace_s
+        self._commit_interval_s = commit_interval_s
+        self._chains: dict[Hashable, _Chain] = {}
+        self._offsets: dict[TopicPartition, PartitionOffsets] = {}
+        self._committed: dict[TopicPartition, int] = {}
+        self._buffered = 0
+        self._room = asyncio.Event()
+        self._paused = False
+        self._last_commit = 0.0
+        self.assigned = asyncio.Event()
+
+    @property
+    def buffered(self) -> int:
+        return self._buffered
+
+    async def run(self, stop: asyncio.Event) -> None:
+        self._consumer.subscribe([self._topic], listener=_Listener(self))
+        await self._consumer.start()
+        try:
+            while not stop.is_set():
+                await self._poll_once()
+                await self._commit(force=False)
+        finally:
+            await self._drain_all()
+            await self._consumer.stop()
+
+    async def _poll_once(self) -> None:
+        room = self._max_buffered - self._buffered
+        if room <= 0:
+            # Back-pressure: stop fetching but keep polling, so the group sees this member alive.
+            self._pause()
+            self._room.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._room.wait(), timeout=0.2)
+            return
+        self._resume()
+        try:
+            batch = await self._consumer.getmany(timeout_ms=200, max_records=room)
+        except KafkaError as exc:
+            log.warning("kafka_fetch_failed", error=str(exc))
+            await asyncio.sleep(1.0)
+            return
+        for tp, records in batch.items():
+            for record in records:
+                self._take(tp, record)
+
+    def _take(self, tp: TopicPartition, record: ConsumerRecord[bytes, bytes]) -> None:
+        self._offsets.setdefault(tp, PartitionOffsets()).take(record.offset)
+        self._buffered += 1
+        self._metrics.in_flight.set(self._buffered)
+        # No key means no session to order by; the partition's own order is kept instead.
+        key: Hashable = record.key if record.key is not None else ("partition", tp.partition)
+        chain = self._chains.get(key)
+        if chain is None:
+            chain = self._chains[key] = _Chain(tp)
+        chain.records.append(record)
+        if chain.task is None:
+            chain.task = asyncio.create_task(self._drain(key, chain))
+
+    async def _drain(self, key: Hashable, chain: _Chain) -> None:
+        try:
+            while chain.records:
+                record = chain.records[0]
+                await self._process_until_done(record)
+                chain.records.popleft()
+                self._finish(chain.partition, record.offset)
+        finally:
+            if self._chains.get(key) is chain:
+                del self._chains[key]
+
+    async def _process_until_done(self, record: ConsumerRecord[bytes, bytes]) -> None:
+        """`process` handles its own failures; anything that escapes is retried, never skipped."""
+        delay = 0.5
+        while True:
+            try:
+                await self._process(record)
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("record_processing_crashed", partition=record.partition, offset=record.offset)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+
+    def _finish(self, tp: TopicPartition, offset: int) -> None:
+        offsets = self._offsets.get(tp)
+        if offsets is not None:
+            offsets.finish(offset)
+        self._buffered -= 1
+        self._metrics.in_flight.set(self._buffered)
+        self._room.set()
+
+    def _pause(self) -> None:
+        if not self._paused:
+            self._consumer.pause(*self._consumer.assignment())
+            self._paused = True
+
+    def _resume(self) -> None:
+        if self._paused:
+            self._consumer.resume(*self._consumer.paused())
+            self._paused = False
+
+    async def _commit(self, force: bool, only: set[TopicPartition] | None = None) -> None:
+        now = time.monotonic()
+        if not force and now - self._last_commit < self._commit_interval_s:
+            return
+        self._last_commit = now
+        offsets: dict[TopicPartition, OffsetAndMetadata] = {}
+        for tp, tracker in self._offsets.items():
+            point = tracker.commit_point
+            if point is None or (only is not None and tp not in only):
+                continue
+            if self._committed.get(tp, -1) < point:
+                offsets[tp] = OffsetAndMetadata(point, "")
+        if offsets:
+            try:
+                await self._consumer.commit(offsets)
+            except KafkaError as exc:
+                # The records stay uncommitted and come back after the rebalance; the ledger dedups them.
+                log.warning("kafka_commit_failed", error=str(exc))
+                return
+            for tp, meta in offsets.items():
+                self._committed[tp] = meta.offset
+                self._metrics.committed_offset.labels(str(tp.partition)).set(meta.offset)
+        self._update_lag()
+
+    def _update_lag(self) -> None:
+        for tp in self._consumer.assignment():
+            high = self._consumer.highwater(tp)
+            if high is None:
+                continue
+            done = self._committed.get(tp)
+            if done is None:
+                continue
+            self._metrics.consumer_lag.labels(str(tp.partition)).set(max(0, high - done))
+
+    async def _settle(self, partitions: set[TopicPartition] | None) -> None:
+        """Let in-flight work of these partitions finish within the grace period, then abandon the rest.
+
+        Abandoned records are not committed, so whoever owns the partition next processes them again
+        and the ledger turns a repeat of committed work into a skip.
+        """
+        chains = [c for c in self._chains.values() if partitions is None or c.partition in partitions]
+        tasks = [c.task for c in chains if c.task is not None]
+        if tasks:
+            _done, pending = await asyncio.wait(tasks, timeout=self._grace_s)
+            for task in pending:
+                task.cancel()
+            if pending:
+                log.warning("in_flight_abandoned", records=sum(len(c.records) for c in chains))
+                await asyncio.gather(*pending, return_exceptions=True)
+        await self._commit(force=True, only=partitions)
+        for chain in chains:
+            self._buffered -= len(chain.records)
+        self._metrics.in_flight.set(self._buffered)
+        for tp in list(self._offsets) if partitions is None else partitions:
+            self._offsets.pop(tp, None)
+            self._committed.pop(tp, None)
+
+    async def _drain_all(self) -> None:
+        self._pause()
+        await self._settle(None)
+
+    async def on_revoked(self, revoked: set[TopicPartition]) -> None:
+        self.assigned.clear()
+        await self._settle(revoked)
+
+    def on_assigned(self, assigned: set[TopicPartition]) -> None:
+        if self._paused and assigned:
+            self._consumer.pause(*assigned)
+        if assigned:
+            self.assigned.set()
+
+
+class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, runner: KeyOrderedRunner) -> None:
+        self._runner = runner
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        await self._runner.on_revoked(set(revoked))
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        self._runner.on_assigned(set(assigned))

@@ -1,0 +1,64 @@
+"""Every Prometheus metric the service exports, on one registry built by the composition root."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+PREFIX = "mao_memory"
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.events = Counter(
+            f"{PREFIX}_events_total", "task.finished events consumed, by outcome", ["outcome"], registry=r
+        )
+        self.processing_latency = Histogram(
+            f"{PREFIX}_event_processing_seconds",
+            "Time from taking an event to finishing it",
+            ["path"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.llm_calls = Counter(
+            f"{PREFIX}_llm_calls_total", "LLM calls by purpose and result", ["purpose", "result"], registry=r
+        )
+        self.llm_retries = Counter(
+            f"{PREFIX}_llm_retries_total", "LLM calls retried after 429/5xx/refusal", ["purpose"], registry=r
+        )
+        self.llm_latency = Histogram(
+            f"{PREFIX}_llm_latency_seconds", "LLM call latency", ["purpose"], buckets=LATENCY_BUCKETS, registry=r
+        )
+        self.llm_tokens = Counter(
+            f"{PREFIX}_llm_tokens_total", "LLM tokens by purpose and kind", ["purpose", "kind"], registry=r
+        )
+        self.candidates = Counter(
+            f"{PREFIX}_candidates_total", "Extracted candidates by action and result", ["action", "result"],
+            registry=r,
+        )
+        self.demotions = Counter(
+            f"{PREFIX}_overflow_demotions_total", "AUTO rows demoted to make room (D14)", registry=r
+        )
+        self.consolidations = Counter(
+            f"{PREFIX}_consolidations_total", "Consolidation runs by result", ["result"], registry=r
+        )
+        self.consolidated_rows = Counter(
+            f"{PREFIX}_consolidated_rows_total", "Rows changed by consolidation", ["op"], registry=r
+        )
+        self.dead_letters = Counter(
+            f"{PREFIX}_dead_letters_total", "Events sent to the dead-letter topic", ["reason"], registry=r
+        )
+        self.db_retries = Counter(
+            f"{PREFIX}_db_retries_total", "Event processing retried after a transient database error",
+            registry=r,
+        )
+        self.consumer_lag = Gauge(
+            f"{PREFIX}_consumer_lag", "Messages behind the partition's high watermark", ["partition"],
+            registry=r,
+        )
+        self.in_flight = Gauge(f"{PREFIX}_events_in_flight", "Events taken but not finished", registry=r)
+        self.committed_offset = Gauge(
+            f"{PREFIX}_committed_offset", "Last committed offset", ["partition"], registry=r
+        )

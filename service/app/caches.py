@@ -1,0 +1,58 @@
+"""Short-lived caches that keep the skip path free of a database round trip per event."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from service.adapters.db.database import Database, utcnow
+
+MAX_ENTRIES = 100_000
+
+
+class CaptureSwitch:
+    """The auto-capture flag per user, cached for `ttl_s`.
+
+    A PATCH through this process invalidates its entry at once; another process's PATCH takes
+    effect within the TTL, which is the staleness the platform accepts for an opt-in switch.
+    """
+
+    def __init__(self, db: Database, ttl_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._db = db
+        self._ttl_s = ttl_s
+        self._clock = clock
+        self._entries: dict[int, tuple[bool, float]] = {}
+
+    async def enabled(self, user_id: int) -> bool:
+        now = self._clock()
+        cached = self._entries.get(user_id)
+        if cached is not None and cached[1] > now:
+            return cached[0]
+        async with self._db.read() as uow:
+            value = await uow.accounts.capture_enabled(user_id)
+        if len(self._entries) >= MAX_ENTRIES:
+            self._entries.clear()
+        self._entries[user_id] = (value, now + self._ttl_s)
+        return value
+
+    def invalidate(self, user_id: int) -> None:
+        self._entries.pop(user_id, None)
+
+
+class ProjectRecorder:
+    """Records each (user, projectKey) once per process; the insert itself is idempotent."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self._seen: set[tuple[int, str]] = set()
+
+    async def remember(self, user_id: int, project_key: str) -> None:
+        key = (user_id, project_key)
+        if key in self._seen:
+            return
+        async with self._db.transaction() as uow:
+            await uow.accounts.remember_project(user_id, project_key, utcnow())
+            await uow.commit()
+        if len(self._seen) >= MAX_ENTRIES:
+            self._seen.clear()
+        self._seen.add(key)

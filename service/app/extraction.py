@@ -1,0 +1,184 @@
+"""The `task.finished` handler: filters → comparison set → model → decide → persist, in seed 5.6 order."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+import structlog
+
+from service.adapters.db.database import Database, UnitOfWork, is_transient, utcnow
+from service.adapters.db.memory_repository import HistoryEntry
+from service.adapters.llm_client import LlmAnswer, LlmError
+from service.adapters.metrics import Metrics
+from service.app.caches import CaptureSwitch, ProjectRecorder
+from service.config import Settings
+from service.core.comparison_set import EMPTY, ComparisonSet, build_comparison_set
+from service.core.events import TaskFinishedEvent
+from service.core.extraction_answer import AnswerError, ParsedAnswer, parse_extraction_answer
+from service.core.extraction_prompt import build_extraction_messages
+from service.core.filters import Skip, static_skip
+from service.core.model import Source, Status
+from service.core.persist_plan import Demote, Insert, Plan, PoolState, Touch, Update, candidate_hashes, decide
+
+log = structlog.get_logger(__name__)
+
+
+class Outcome(StrEnum):
+    """How an event ended; the values are the `outcome` label of the events counter."""
+
+    SKIPPED_PHASE = Skip.PHASE.value
+    SKIPPED_SESSION_TYPE = Skip.SESSION_TYPE.value
+    SKIPPED_CAPTURE_OFF = Skip.CAPTURE_OFF.value
+    SKIPPED_SHORT = Skip.SHORT.value
+    SKIPPED_DUPLICATE_EVENT = "skipped_duplicate_event"
+    EXTRACTED = "extracted"
+    FAILED = "failed"
+    DEAD_LETTERED = "dead_lettered"
+
+
+class Llm(Protocol):
+    async def complete(self, purpose: str, model: str, messages: list[dict[str, str]]) -> LlmAnswer: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Extracted:
+    """What one extraction persisted; consolidation (D15) runs only when `inserted` > 0."""
+
+    user_id: int
+    project_key: str | None
+    model: str
+    inserted: int
+
+
+class ExtractionHandler:
+    def __init__(
+        self,
+        db: Database,
+        llm: Llm,
+        metrics: Metrics,
+        settings: Settings,
+        capture: CaptureSwitch,
+        projects: ProjectRecorder,
+        llm_slots: asyncio.Semaphore,
+    ) -> None:
+        self._db = db
+        self._llm = llm
+        self._metrics = metrics
+        self._settings = settings
+        self._capture = capture
+        self._projects = projects
+        # MEMORY_MAX_IN_FLIGHT bounds concurrent model calls, not events: skips never queue behind them.
+        self._llm_slots = llm_slots
+
+    async def handle(self, event: TaskFinishedEvent) -> tuple[Outcome, Extracted | None]:
+        project_key = self._settings.valid_project_key(event.project_key)
+        if project_key:
+            # Events of every phase feed the project list, not only the ones that are extracted.
+            await self._projects.remember(event.user_id, project_key)
+        skip = static_skip(event)
+        if skip is not None:
+            return Outcome(skip.value), None
+        if not await self._capture.enabled(event.user_id):
+            return Outcome.SKIPPED_CAPTURE_OFF, None
+
+        async with self._db.read() as uow:
+            if await uow.accounts.is_processed(event.event_id):
+                return Outcome.SKIPPED_DUPLICATE_EVENT, None
+            model = await uow.accounts.extraction_model() or self._settings.default_model
+            existing = await self._comparison_set(uow, event.user_id, project_key)
+
+        messages = build_extraction_messages(
+            event.last_user_message or "", event.last_assistant_message or "", project_key, existing
+        )
+        try:
+            async with self._llm_slots:
+                answer = await self._llm.complete("extraction", model, messages)
+        except LlmError as exc:
+            log.warning("extraction_llm_failed", event_id=event.event_id, kind=exc.kind, error=str(exc))
+            recorded = await self._persist(event, project_key, model, existing, None)
+            return (Outcome.FAILED if recorded else Outcome.SKIPPED_DUPLICATE_EVENT), None
+
+        parsed = parse_extraction_answer(answer.text)
+        result = parsed.value if isinstance(parsed, AnswerError) else "ok"
+        self._metrics.llm_calls.labels("extraction", result).inc()
+        if isinstance(parsed, AnswerError):
+            log.info("extraction_answer_dropped", event_id=event.event_id, reason=parsed.value)
+        plan = await self._persist(
+            event, project_key, model, existing, parsed if isinstance(parsed, ParsedAnswer) else None
+        )
+        if plan is None:
+            return Outcome.SKIPPED_DUPLICATE_EVENT, None
+        return Outcome.EXTRACTED, Extracted(event.user_id, project_key, model, plan.inserted)
+
+    async def _comparison_set(self, uow: UnitOfWork, user_id: int, project_key: str | None) -> ComparisonSet:
+        """10.1: a failing comparison query degrades to exact hashing; it never blocks extraction."""
+        try:
+            rows = await uow.memories.auto_active_in_groups(user_id, project_key)
+            dismissed = await uow.memories.dismissed_contents(user_id, project_key)
+        except Exception as exc:
+            if is_transient(exc):
+                raise
+            log.warning("comparison_set_failed", user_id=user_id, error=str(exc))
+            return EMPTY
+        return build_comparison_set(rows, project_key, dismissed)
+
+    async def _persist(
+        self,
+        event: TaskFinishedEvent,
+        project_key: str | None,
+        model: str,
+        existing: ComparisonSet,
+        answer: ParsedAnswer | None,
+    ) -> Plan | None:
+        """Ledger row and memory writes in one transaction under the user's lock; None if already done."""
+        outcome = Outcome.EXTRACTED if answer is not None else Outcome.FAILED
+        async with self._db.locked_user(event.user_id) as uow:
+            now = utcnow()
+            if not await uow.accounts.mark_processed(
+                event.event_id, event.user_id, event.session_id, outcome.value, now
+            ):
+                return None
+            plan = Plan()
+            if answer is not None and answer.candidates:
+                candidates = answer.candidates
+                state = PoolState(
+                    auto_active={r.id: r for r in await uow.memories.auto_active_in_groups(event.user_id, project_key)},
+                    by_hash=await uow.memories.by_hashes(event.user_id, candidate_hashes(candidates, project_key)),
+                    active_count=await uow.memories.active_count(event.user_id),
+                )
+                plan = decide(candidates, existing, project_key, state)
+                await self._apply(uow, plan, event, model)
+            await uow.commit()
+        if answer is not None:
+            for candidate, result in zip(answer.candidates, plan.results, strict=True):
+                self._metrics.candidates.labels(candidate.action.value, result.value).inc()
+            self._metrics.demotions.inc(plan.demoted)
+        return plan
+
+    async def _apply(self, uow: UnitOfWork, plan: Plan, event: TaskFinishedEvent, model: str) -> None:
+        now = utcnow()
+        user = event.user_id
+        trace = {"actor": "auto", "event_id": event.event_id, "session_id": event.session_id, "model": model}
+        for op in plan.ops:
+            if isinstance(op, Insert):
+                row_id = await uow.memories.insert(
+                    user, op.group, op.content, op.dedup_hash, Source.AUTO, event.session_id, now
+                )
+                entry = HistoryEntry("insert", new_content=op.content, **trace)
+            elif isinstance(op, Touch):
+                row_id = op.row_id
+                await uow.memories.touch(user, row_id, now)
+                entry = HistoryEntry("touch", **trace)
+            elif isinstance(op, Update):
+                row_id = op.row_id
+                await uow.memories.update_content(user, row_id, op.new_content, op.new_hash, now)
+                entry = HistoryEntry("update", old_content=op.old_content, new_content=op.new_content, **trace)
+            elif isinstance(op, Demote):
+                row_id = op.row_id
+                # D14: a soft demotion the user can undo from the dismissed list.
+                await uow.memories.set_status(user, row_id, Status.DISMISSED, now)
+                entry = HistoryEntry("demote", old_content=op.content, **trace)
+            await uow.memories.record(user, row_id, entry, now)

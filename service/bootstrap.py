@@ -1,0 +1,206 @@
+"""The composition root: the one place that builds adapters from `Settings` and wires them together."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+import structlog
+import uvicorn
+from aiokafka import AIOKafkaConsumer
+from fastapi import FastAPI
+
+from service.adapters.db.database import Database
+from service.adapters.db.engine import build_engine
+from service.adapters.kafka.dead_letters import DeadLetterPublisher, build_broker
+from service.adapters.kafka.embedded_broker import EmbeddedBroker
+from service.adapters.kafka.runner import KeyOrderedRunner
+from service.adapters.kafka.topics import ensure_topics
+from service.adapters.llm_client import LlmClient
+from service.adapters.metrics import Metrics
+from service.app.caches import CaptureSwitch, ProjectRecorder
+from service.app.extraction import ExtractionHandler
+from service.config import Settings
+from service.entrypoints.consumer import EventProcessor
+from service.entrypoints.http.app import create_app
+from service.entrypoints.http.ops import Check
+
+log = structlog.get_logger(__name__)
+
+# Records taken from Kafka but not finished, per LLM slot: lets skip-path events of other sessions
+# flow past LLM-bound ones while keeping memory bounded.
+BUFFER_PER_SLOT = 8
+
+
+class Mode(StrEnum):
+    RUN = "run"
+    WORKER = "worker"
+    API = "api"
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(level=level, format="%(message)s")
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            structlog.processors.JSONRenderer(ensure_ascii=False),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level)),
+        logger_factory=structlog.PrintLoggerFactory(),
+        cache_logger_on_first_use=True,
+    )
+    for noisy in ("aiokafka", "LiteLLM", "litellm", "httpx"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+@dataclass
+class Container:
+    settings: Settings
+    metrics: Metrics
+    db: Database
+    capture: CaptureSwitch
+    embedded: EmbeddedBroker | None = None
+    bootstrap: str | None = None
+    runner: KeyOrderedRunner | None = None
+    processor: EventProcessor | None = None
+    dead_letters: DeadLetterPublisher | None = None
+    closers: list[object] = field(default_factory=list)
+
+
+def build_container(settings: Settings) -> Container:
+    """Nothing connects here: engines and clients open lazily, so building is cheap and testable."""
+    metrics = Metrics()
+    db = Database(build_engine(settings.database_url, settings.database_pool_size))
+    return Container(settings=settings, metrics=metrics, db=db, capture=CaptureSwitch(db, settings.capture_cache_ttl_s))
+
+
+async def start_consumer(container: Container) -> None:
+    settings = container.settings
+    if settings.kafka_bootstrap is None:
+        container.embedded = EmbeddedBroker(settings.embedded_kafka_port)
+        await container.embedded.start_async()
+        container.bootstrap = container.embedded.bootstrap
+    else:
+        container.bootstrap = settings.kafka_bootstrap
+    if settings.kafka_create_topics:
+        await ensure_topics(container.bootstrap, [settings.kafka_topic, settings.dlq_topic], settings.kafka_partitions)
+    broker = build_broker(container.bootstrap)
+    dead_letters = container.dead_letters = DeadLetterPublisher(broker, settings.dlq_topic)
+    await broker.connect()
+    container.closers.append(broker)
+    llm = LlmClient(
+        container.metrics,
+        api_base=settings.llm_api_base,
+        api_key=settings.llm_api_key.get_secret_value() if settings.llm_api_key else None,
+        timeout_s=settings.llm_timeout_s,
+        max_retries=settings.llm_max_retries,
+        retry_base_s=settings.llm_retry_base_s,
+    )
+    handler = ExtractionHandler(
+        container.db,
+        llm,
+        container.metrics,
+        settings,
+        container.capture,
+        ProjectRecorder(container.db),
+        llm_slots=asyncio.Semaphore(settings.max_in_flight),
+    )
+    container.processor = EventProcessor(handler, dead_letters, container.metrics)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=container.bootstrap.split(","),
+        group_id=settings.kafka_group_id,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        session_timeout_ms=settings.kafka_session_timeout_ms,
+        heartbeat_interval_ms=max(500, settings.kafka_session_timeout_ms // 5),
+        max_partition_fetch_bytes=8 * 1024 * 1024,
+        fetch_max_bytes=32 * 1024 * 1024,
+        client_id="mao-memory",
+    )
+    container.runner = KeyOrderedRunner(
+        consumer,
+        settings.kafka_topic,
+        container.processor,
+        container.metrics,
+        max_buffered=settings.max_in_flight * BUFFER_PER_SLOT,
+        grace_s=settings.shutdown_grace_s,
+    )
+
+
+def build_http(container: Container, mode: Mode) -> FastAPI:
+    checks = {"database": _db_check(container)}
+    if mode is not Mode.API:
+        checks["broker"] = _broker_check(container)
+    return create_app(container, include_api=mode is not Mode.WORKER, checks=checks)
+
+
+def _db_check(container: Container) -> Check:
+    async def check() -> bool:
+        await container.db.ping()
+        return True
+
+    return check
+
+
+def _broker_check(container: Container) -> Check:
+    async def check() -> bool:
+        publisher = container.dead_letters
+        return publisher is not None and await publisher.ping(1.5)
+
+    return check
+
+
+class _Server(uvicorn.Server):
+    def capture_signals(self):  # type: ignore[no-untyped-def, override]
+        """Signals belong to `serve_forever`, which stops the consumer before the HTTP side."""
+        return contextlib.nullcontext()
+
+
+async def serve_forever(settings: Settings, mode: Mode) -> None:
+    container = build_container(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    server = _Server(
+        uvicorn.Config(
+            build_http(container, mode),
+            host=settings.http_host,
+            port=settings.http_port,
+            log_config=None,
+            access_log=False,
+            lifespan="off",
+        )
+    )
+    http_task = asyncio.create_task(server.serve())
+    consumer_task: asyncio.Task[None] | None = None
+    try:
+        if mode is not Mode.API:
+            await start_consumer(container)
+            assert container.runner is not None
+            consumer_task = asyncio.create_task(container.runner.run(stop))
+        log.info("service_started", mode=mode.value, http_port=settings.http_port, bootstrap=container.bootstrap)
+        waiters: list[asyncio.Future[object]] = [asyncio.ensure_future(stop.wait()), http_task]  # type: ignore[list-item]
+        if consumer_task is not None:
+            waiters.append(consumer_task)  # type: ignore[arg-type]
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.set()
+        if consumer_task is not None:
+            await asyncio.gather(consumer_task, return_exceptions=True)
+        server.should_exit = True
+        await asyncio.gather(http_task, return_exceptions=True)
+        for closer in container.closers:
+            with contextlib.suppress(Exception):
+                await closer.stop()  # type: ignore[attr-defined]
+        await container.db.dispose()
+        if container.embedded is not None:
+            container.embedded.stop()
+        log.info("service_stopped")

@@ -1,0 +1,103 @@
+"""Service configuration, read once from `MEMORY_*` environment variables (or a `.env` file)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+DEFAULT_SQLITE_URL = f"sqlite+aiosqlite:///{Path('data') / 'mao-memory.db'}"
+
+
+class Settings(BaseSettings):
+    """Everything the composition root needs; invalid values stop the process at start."""
+
+    model_config = SettingsConfigDict(env_prefix="MEMORY_", env_file=".env", extra="ignore")
+
+    database_url: str = DEFAULT_SQLITE_URL
+    database_pool_size: int = Field(default=10, ge=1, le=200)
+
+    kafka_bootstrap: str | None = None
+    kafka_topic: str = Field(default="task.finished", min_length=1)
+    kafka_dlq_topic: str | None = None
+    kafka_group_id: str = Field(default="mao-memory", min_length=1)
+    kafka_create_topics: bool = True
+    kafka_partitions: int = Field(default=12, ge=1)
+    kafka_session_timeout_ms: int = Field(default=10_000, ge=1_000)
+    embedded_kafka_port: int = Field(default=9092, ge=1, le=65535)
+
+    http_host: str = "127.0.0.1"
+    http_port: int = Field(default=8080, ge=0, le=65535)
+
+    jwt_secret: SecretStr | None = None
+    jwt_issuer: str | None = None
+    jwt_audience: str | None = None
+    internal_token: SecretStr | None = None
+
+    default_model: str = "openai/gpt-4o-mini"
+    llm_api_base: str | None = None
+    llm_api_key: SecretStr | None = None
+    llm_timeout_s: float = Field(default=30.0, gt=0)
+    llm_max_retries: int = Field(default=2, ge=0, le=10)
+    llm_retry_base_s: float = Field(default=0.5, ge=0)
+
+    robot_project_keys: Annotated[frozenset[str], NoDecode] = frozenset()
+
+    max_in_flight: int = Field(default=64, ge=1, le=10_000)
+    shutdown_grace_s: float = Field(default=20.0, ge=0)
+    capture_cache_ttl_s: float = Field(default=5.0, ge=0)
+
+    consolidation_active_threshold: int = Field(default=150, ge=1)
+    consolidation_user_target: int = Field(default=30, ge=1)
+    consolidation_project_target: int = Field(default=60, ge=1)
+    consolidation_cooldown_hours: float = Field(default=24.0, ge=0)
+
+    log_level: str = "INFO"
+
+    @field_validator("robot_project_keys", mode="before")
+    @classmethod
+    def _split_keys(cls, value: object) -> object:
+        if isinstance(value, str):
+            return frozenset(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("database_url")
+    @classmethod
+    def _known_driver(cls, value: str) -> str:
+        if not value.startswith(("mysql+aiomysql://", "sqlite+aiosqlite://")):
+            raise ValueError("must start with mysql+aiomysql:// or sqlite+aiosqlite://")
+        return value
+
+    @field_validator("kafka_bootstrap")
+    @classmethod
+    def _bootstrap_list(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        for server in value.split(","):
+            host, sep, port = server.strip().rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise ValueError(f"expected host:port[,host:port…], got {server!r}")
+        return value
+
+    @field_validator("log_level")
+    @classmethod
+    def _level(cls, value: str) -> str:
+        upper = value.upper()
+        if upper not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
+            raise ValueError("must be DEBUG, INFO, WARNING or ERROR")
+        return upper
+
+    @property
+    def dlq_topic(self) -> str:
+        return self.kafka_dlq_topic or f"{self.kafka_topic}.dlq"
+
+    def valid_project_key(self, key: str | None) -> str | None:
+        """A projectKey that names a real project, or None (null, blank, robot channel)."""
+        if key is None:
+            return None
+        key = key.strip()
+        if not key or key in self.robot_project_keys or len(key) > 128:
+            return None
+        return key

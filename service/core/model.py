@@ -1,0 +1,78 @@
+"""The memory domain's plain data: enums, limits and the rows the decision functions reason over."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+
+class Scope(StrEnum):
+    USER = "USER"
+    PROJECT = "PROJECT"
+
+
+class Source(StrEnum):
+    AUTO = "AUTO"
+    MANUAL = "MANUAL"
+    CONSOLIDATED = "CONSOLIDATED"
+
+
+class Status(StrEnum):
+    ACTIVE = "ACTIVE"
+    DISMISSED = "DISMISSED"
+
+
+class Action(StrEnum):
+    INSERT = "insert"
+    TOUCH = "touch"
+    UPDATE = "update"
+
+
+# D7 / D11 / seed 5.6: fixed product limits, not configuration.
+MAX_ACTIVE_PER_USER = 200
+MAX_MANUAL_CONTENT_CHARS = 500
+MAX_EXTRACTED_CONTENT_CHARS = 120
+MAX_EXTRACTED_ITEMS = 3
+MIN_USER_MESSAGE_CHARS = 20
+MAX_PROJECT_KEY_CHARS = 128
+INJECT_PROJECT_LIMIT = 12
+INJECT_USER_LIMIT = 8
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """A dedup group: (scope, projectKey); USER rows have projectKey ''."""
+
+    scope: Scope
+    project_key: str = ""
+
+
+USER_GROUP = Group(Scope.USER, "")
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryRow:
+    id: int
+    scope: Scope
+    project_key: str
+    content: str
+    source: Source
+    status: Status
+    dedup_hash: str
+    updated_at: datetime
+
+    @property
+    def group(self) -> Group:
+        return Group(self.scope, self.project_key)
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One fact as the model proposed it, after the answer's guards; `existing_alias` is the model's id."""
+
+    type: Scope
+    action: Action
+    content: str | None
+    existing_alias: object = None
+

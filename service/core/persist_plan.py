@@ -1,0 +1,230 @@
+"""Deciding what an extraction writes (seed 5.6 step 5, D3, D13, D14), as a plan over plain data.
+
+The adapter reads a fresh `PoolState` under the user's lock and applies the returned ops in order in
+one transaction; every rule lives here so it can be tested without a database.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from service.core.comparison_set import ComparisonSet
+from service.core.model import (
+    MAX_ACTIVE_PER_USER,
+    USER_GROUP,
+    Action,
+    Candidate,
+    Group,
+    MemoryRow,
+    Scope,
+    Source,
+    Status,
+)
+from service.core.normalize import dedup_hash
+
+
+class Result(StrEnum):
+    """What became of one candidate; the values are metric labels."""
+
+    INSERTED = "inserted"
+    TOUCHED = "touched"
+    UPDATED = "updated"
+    UPDATE_COLLIDED_TOUCHED = "update_collided_touched"
+    DROPPED_INVALID_REF = "dropped_invalid_ref"
+    DROPPED_DISMISSED = "dropped_dismissed"
+    DROPPED_NO_ROOM = "dropped_no_room"
+
+
+@dataclass(frozen=True, slots=True)
+class Insert:
+    group: Group
+    content: str
+    dedup_hash: str
+
+
+@dataclass(frozen=True, slots=True)
+class Touch:
+    row_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Update:
+    row_id: int
+    old_content: str
+    new_content: str
+    new_hash: str
+
+
+@dataclass(frozen=True, slots=True)
+class Demote:
+    row_id: int
+    content: str
+
+
+Op = Insert | Touch | Update | Demote
+
+
+@dataclass(frozen=True, slots=True)
+class PoolState:
+    """The user's pool as read under the lock, after the model answered.
+
+    `auto_active`: AUTO ACTIVE rows of the USER group and the session's project group.
+    `by_hash`: every row (any source or status) whose hash some candidate could produce.
+    """
+
+    auto_active: dict[int, MemoryRow]
+    by_hash: dict[str, MemoryRow]
+    active_count: int
+
+
+@dataclass(slots=True)
+class Plan:
+    ops: list[Op] = field(default_factory=list)
+    results: list[Result] = field(default_factory=list)
+
+    @property
+    def inserted(self) -> int:
+        return sum(isinstance(op, Insert) for op in self.ops)
+
+    @property
+    def demoted(self) -> int:
+        return sum(isinstance(op, Demote) for op in self.ops)
+
+
+def candidate_group(candidate: Candidate, project_key: str | None) -> Group:
+    """5.6 step 5: a project fact without a valid projectKey is stored as a USER fact."""
+    if candidate.type is Scope.PROJECT and project_key:
+        return Group(Scope.PROJECT, project_key)
+    return USER_GROUP
+
+
+def candidate_hashes(candidates: list[Candidate], project_key: str | None) -> set[str]:
+    """The hashes `PoolState.by_hash` must cover for `decide` to see every collision."""
+    return {
+        dedup_hash(candidate_group(c, project_key).scope, candidate_group(c, project_key).project_key, c.content)
+        for c in candidates
+        if c.content is not None
+    }
+
+
+@dataclass(slots=True)
+class _Slot:
+    """A row as the plan sees it so far; `row_id` None is a row this plan inserts."""
+
+    row_id: int | None
+    status: Status
+    group: Group
+
+
+class _Planner:
+    def __init__(self, state: PoolState, project_key: str | None) -> None:
+        self.project_key = project_key
+        self.active = state.active_count
+        self.slots: dict[str, _Slot] = {
+            h: _Slot(r.id, r.status, r.group) for h, r in state.by_hash.items()
+        }
+        self.hash_of: dict[int, str] = {r.id: r.dedup_hash for r in state.auto_active.values()}
+        self.content_of: dict[int, str] = {r.id: r.content for r in state.auto_active.values()}
+        self.group_of: dict[int, Group] = {r.id: r.group for r in state.auto_active.values()}
+        # Oldest first; a touch or update moves a row to the end, a demotion removes it.
+        self.recency: dict[Group, list[int]] = {}
+        for row in sorted(state.auto_active.values(), key=lambda r: (r.updated_at, r.id)):
+            self.recency.setdefault(row.group, []).append(row.id)
+        self.written: set[int] = set()
+        self.plan = Plan()
+
+    def run(self, candidates: list[Candidate], existing: ComparisonSet) -> Plan:
+        for candidate in candidates:
+            group = candidate_group(candidate, self.project_key)
+            if candidate.action is Action.INSERT:
+                result = self._insert(group, candidate.content or "")
+            else:
+                row_id = self._resolve(candidate.existing_alias, group, existing)
+                if row_id is None:
+                    result = Result.DROPPED_INVALID_REF
+                elif candidate.action is Action.TOUCH or candidate.content is None:
+                    result = self._touch(row_id, Result.TOUCHED)
+                else:
+                    result = self._update(row_id, group, candidate.content)
+            self.plan.results.append(result)
+        return self.plan
+
+    def _resolve(self, alias: object, group: Group, existing: ComparisonSet) -> int | None:
+        """10.1: only an alias of this call, of the candidate's group, still AUTO ACTIVE under the lock."""
+        if not isinstance(alias, int) or isinstance(alias, bool):
+            return None
+        shown = existing.rows.get(alias)
+        if shown is None or shown.group != group:
+            return None
+        still = self.recency.get(group, [])
+        return shown.id if shown.id in still else None
+
+    def _touch(self, row_id: int, result: Result) -> Result:
+        if row_id not in self.written:
+            self.plan.ops.append(Touch(row_id))
+            self.written.add(row_id)
+        self._freshen(row_id)
+        return result
+
+    def _freshen(self, row_id: int) -> None:
+        order = self.recency.get(self.group_of.get(row_id, USER_GROUP), [])
+        if row_id in order:
+            order.remove(row_id)
+            order.append(row_id)
+
+    def _update(self, row_id: int, group: Group, content: str) -> Result:
+        new_hash = dedup_hash(group.scope, group.project_key, content)
+        old_hash = self.hash_of[row_id]
+        if new_hash == old_hash or new_hash in self.slots:
+            return self._touch(row_id, Result.UPDATE_COLLIDED_TOUCHED)
+        self.plan.ops.append(Update(row_id, self.content_of[row_id], content, new_hash))
+        self.written.add(row_id)
+        slot = self.slots.pop(old_hash, _Slot(row_id, Status.ACTIVE, group))
+        self.slots[new_hash] = slot
+        self.hash_of[row_id] = new_hash
+        self.content_of[row_id] = content
+        self._freshen(row_id)
+        return Result.UPDATED
+
+    def _insert(self, group: Group, content: str) -> Result:
+        digest = dedup_hash(group.scope, group.project_key, content)
+        slot = self.slots.get(digest)
+        if slot is not None:
+            # Exact-hash pre-check: ACTIVE is a re-confirmation, DISMISSED is never revived (D3).
+            if slot.status is Status.DISMISSED:
+                return Result.DROPPED_DISMISSED
+            if slot.row_id is None:
+                return Result.TOUCHED
+            return self._touch(slot.row_id, Result.TOUCHED)
+        if self.active >= MAX_ACTIVE_PER_USER and not self._demote_oldest(group):
+            return Result.DROPPED_NO_ROOM
+        self.plan.ops.append(Insert(group, content, digest))
+        self.slots[digest] = _Slot(None, Status.ACTIVE, group)
+        self.active += 1
+        return Result.INSERTED
+
+    def _demote_oldest(self, group: Group) -> bool:
+        """D14: the group's least recently confirmed AUTO row makes room; MANUAL rows are never here."""
+        order = self.recency.get(group, [])
+        if not order:
+            return False
+        victim = order.pop(0)
+        self.plan.ops.append(Demote(victim, self.content_of[victim]))
+        self.slots[self.hash_of[victim]] = _Slot(victim, Status.DISMISSED, group)
+        self.active -= 1
+        return True
+
+
+def decide(
+    candidates: list[Candidate], existing: ComparisonSet, project_key: str | None, state: PoolState
+) -> Plan:
+    """Turn the model's candidates into ops that keep D3, D13 and D14 whatever the model said."""
+    # Only AUTO ACTIVE rows may be referenced or demoted, whatever the caller put in the state.
+    auto = {
+        i: r
+        for i, r in state.auto_active.items()
+        if r.source is Source.AUTO and r.status is Status.ACTIVE
+    }
+    clean = PoolState(auto_active=auto, by_hash=state.by_hash, active_count=state.active_count)
+    return _Planner(clean, project_key).run(candidates, existing)

@@ -1,0 +1,103 @@
+"""One Kafka record to its outcome: decode or dead-letter, run the handler, retry what can succeed later."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
+import structlog
+from aiokafka import ConsumerRecord
+
+from service.adapters.db.database import is_transient
+from service.adapters.kafka.dead_letters import DeadLetterPublisher
+from service.adapters.metrics import Metrics
+from service.app.extraction import Extracted, ExtractionHandler, Outcome
+from service.core.events import TaskFinishedEvent, decode_event
+
+log = structlog.get_logger(__name__)
+
+MAX_EVENT_BYTES = 1024 * 1024
+MAX_BUG_ATTEMPTS = 3
+MAX_BACKOFF_S = 30.0
+
+AfterCommit = Callable[[Extracted], Awaitable[None]]
+
+
+class EventProcessor:
+    """Returns only when the event's effects are committed or it sits on the DLQ; never drops one."""
+
+    def __init__(
+        self,
+        handler: ExtractionHandler,
+        dead_letters: DeadLetterPublisher,
+        metrics: Metrics,
+        after_commit: AfterCommit | None = None,
+    ) -> None:
+        self._handler = handler
+        self._dead_letters = dead_letters
+        self._metrics = metrics
+        self._after_commit = after_commit
+        self.failing_since: float | None = None
+
+    async def __call__(self, record: ConsumerRecord[bytes, bytes]) -> None:
+        started = time.perf_counter()
+        decoded = decode_event(record.value, MAX_EVENT_BYTES)
+        if isinstance(decoded, TaskFinishedEvent):
+            outcome, extracted = await self._handle(record, decoded)
+        else:
+            await self._dead_letter(record, decoded.reason, decoded.detail)
+            outcome, extracted = Outcome.DEAD_LETTERED, None
+        self._metrics.events.labels(outcome.value).inc()
+        path = "llm" if outcome in {Outcome.EXTRACTED, Outcome.FAILED} else "skip"
+        self._metrics.processing_latency.labels(path).observe(time.perf_counter() - started)
+        if extracted is not None and extracted.inserted and self._after_commit is not None:
+            await self._after_commit(extracted)
+
+    async def _handle(
+        self, record: ConsumerRecord[bytes, bytes], event: TaskFinishedEvent
+    ) -> tuple[Outcome, Extracted | None]:
+        """A database outage is waited out (offsets stay put); a bug gets three tries, then the DLQ."""
+        delay, bug_attempts = 0.5, 0
+        while True:
+            try:
+                result = await self._handler.handle(event)
+                self.failing_since = None
+                return result
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if is_transient(exc):
+                    self.failing_since = self.failing_since or time.monotonic()
+                    self._metrics.db_retries.inc()
+                    log.warning("event_retry_transient", event_id=event.event_id, error=str(exc), delay=delay)
+                else:
+                    bug_attempts += 1
+                    log.exception("event_processing_error", event_id=event.event_id, attempt=bug_attempts)
+                    if bug_attempts >= MAX_BUG_ATTEMPTS:
+                        await self._dead_letter(record, "processing_error", f"{type(exc).__name__}: {exc}")
+                        return Outcome.DEAD_LETTERED, None
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, MAX_BACKOFF_S)
+
+    async def _dead_letter(self, record: ConsumerRecord[bytes, bytes], reason: str, detail: str) -> None:
+        headers = {
+            "x-dlq-reason": reason,
+            "x-dlq-error": detail[:1000],
+            "x-original-topic": record.topic,
+            "x-original-partition": str(record.partition),
+            "x-original-offset": str(record.offset),
+        }
+        delay = 0.5
+        while True:
+            try:
+                await self._dead_letters.publish(record.value, record.key, headers)
+                break
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("dlq_publish_failed", error=str(exc), delay=delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, MAX_BACKOFF_S)
+        self._metrics.dead_letters.labels(reason).inc()
+        log.info("event_dead_lettered", reason=reason, partition=record.partition, offset=record.offset)

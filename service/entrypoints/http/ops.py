@@ -1,0 +1,46 @@
+"""Liveness, readiness and Prometheus metrics: what the orchestrator and the scraper call."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+Check = Callable[[], Awaitable[bool]]
+CHECK_TIMEOUT_S = 2.0
+
+
+def ops_router(registry: CollectorRegistry, checks: dict[str, Check]) -> APIRouter:
+    router = APIRouter(include_in_schema=False)
+
+    @router.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        """The process is up and its event loop answers."""
+        return {"status": "ok"}
+
+    @router.get("/readyz")
+    async def readyz() -> JSONResponse:
+        """Ready when every dependency (database, broker) answers within two seconds."""
+        results = await asyncio.gather(*(_run(check) for check in checks.values()))
+        status = dict(zip(checks, results, strict=True))
+        ready = all(results)
+        return JSONResponse(
+            {"status": "ok" if ready else "unavailable", "checks": {k: "ok" if v else "fail" for k, v in status.items()}},
+            status_code=200 if ready else 503,
+        )
+
+    @router.get("/metrics")
+    async def metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    return router
+
+
+async def _run(check: Check) -> bool:
+    try:
+        return await asyncio.wait_for(check(), timeout=CHECK_TIMEOUT_S)
+    except Exception:
+        return False
