@@ -78,7 +78,9 @@ def build_container(settings: Settings) -> Container:
     """Nothing connects here: engines and clients open lazily, so building is cheap and testable."""
     metrics = Metrics()
     db = Database(build_engine(settings.database_url, settings.database_pool_size))
-    return Container(settings=settings, metrics=metrics, db=db, capture=CaptureSwitch(db, settings.capture_cache_ttl_s))
+    return Container(
+        settings=settings, metrics=metrics, db=db, capture=CaptureSwitch(db, settings.capture_cache_ttl_s)
+    )
 
 
 async def start_consumer(container: Container) -> None:
@@ -90,7 +92,9 @@ async def start_consumer(container: Container) -> None:
     else:
         container.bootstrap = settings.kafka_bootstrap
     if settings.kafka_create_topics:
-        await ensure_topics(container.bootstrap, [settings.kafka_topic, settings.dlq_topic], settings.kafka_partitions)
+        await ensure_topics(
+            container.bootstrap, [settings.kafka_topic, settings.dlq_topic], settings.kafka_partitions
+        )
     broker = build_broker(container.bootstrap)
     dead_letters = container.dead_letters = DeadLetterPublisher(broker, settings.dlq_topic)
     await broker.connect()
@@ -158,7 +162,7 @@ def _broker_check(container: Container) -> Check:
 
 
 class _Server(uvicorn.Server):
-    def capture_signals(self):  # type: ignore[no-untyped-def, override]
+    def capture_signals(self):  # type: ignore[no-untyped-def]
         """Signals belong to `serve_forever`, which stops the consumer before the HTTP side."""
         return contextlib.nullcontext()
 
@@ -186,7 +190,9 @@ async def serve_forever(settings: Settings, mode: Mode) -> None:
             await start_consumer(container)
             assert container.runner is not None
             consumer_task = asyncio.create_task(container.runner.run(stop))
-        log.info("service_started", mode=mode.value, http_port=settings.http_port, bootstrap=container.bootstrap)
+        log.info(
+            "service_started", mode=mode.value, http_port=settings.http_port, bootstrap=container.bootstrap
+        )
         waiters: list[asyncio.Future[object]] = [asyncio.ensure_future(stop.wait()), http_task]  # type: ignore[list-item]
         if consumer_task is not None:
             waiters.append(consumer_task)  # type: ignore[arg-type]

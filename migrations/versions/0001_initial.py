@@ -84,7 +84,13 @@ def upgrade() -> None:
     # Seed V130 / D10: empty means "use MEMORY_DEFAULT_MODEL".
     op.bulk_insert(
         settings,
-        [{"setting_key": "memory.extractionModelId", "value": "", "updated_at": datetime.now(UTC).replace(tzinfo=None)}],
+        [
+            {
+                "setting_key": "memory.extractionModelId",
+                "value": "",
+                "updated_at": datetime.now(UTC).replace(tzinfo=None),
+            }
+        ],
     )
     op.create_table(
         "memory_history",

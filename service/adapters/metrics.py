@@ -29,13 +29,19 @@ class Metrics:
             f"{PREFIX}_llm_retries_total", "LLM calls retried after 429/5xx/refusal", ["purpose"], registry=r
         )
         self.llm_latency = Histogram(
-            f"{PREFIX}_llm_latency_seconds", "LLM call latency", ["purpose"], buckets=LATENCY_BUCKETS, registry=r
+            f"{PREFIX}_llm_latency_seconds",
+            "LLM call latency",
+            ["purpose"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
         )
         self.llm_tokens = Counter(
             f"{PREFIX}_llm_tokens_total", "LLM tokens by purpose and kind", ["purpose", "kind"], registry=r
         )
         self.candidates = Counter(
-            f"{PREFIX}_candidates_total", "Extracted candidates by action and result", ["action", "result"],
+            f"{PREFIX}_candidates_total",
+            "Extracted candidates by action and result",
+            ["action", "result"],
             registry=r,
         )
         self.demotions = Counter(
@@ -51,14 +57,20 @@ class Metrics:
             f"{PREFIX}_dead_letters_total", "Events sent to the dead-letter topic", ["reason"], registry=r
         )
         self.db_retries = Counter(
-            f"{PREFIX}_db_retries_total", "Event processing retried after a transient database error",
+            f"{PREFIX}_db_retries_total",
+            "Event processing retried after a transient database error",
             registry=r,
         )
         self.consumer_lag = Gauge(
-            f"{PREFIX}_consumer_lag", "Messages behind the partition's high watermark", ["partition"],
+            f"{PREFIX}_consumer_lag",
+            "Messages behind the partition's high watermark",
+            ["partition"],
             registry=r,
         )
         self.in_flight = Gauge(f"{PREFIX}_events_in_flight", "Events taken but not finished", registry=r)
+        self.partitions_assigned = Gauge(
+            f"{PREFIX}_partitions_assigned", "Partitions this consumer owns", registry=r
+        )
         self.committed_offset = Gauge(
             f"{PREFIX}_committed_offset", "Last committed offset", ["partition"], registry=r
         )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Protocol
 
@@ -21,7 +21,7 @@ from service.core.extraction_answer import AnswerError, ParsedAnswer, parse_extr
 from service.core.extraction_prompt import build_extraction_messages
 from service.core.filters import Skip, static_skip
 from service.core.model import Source, Status
-from service.core.persist_plan import Demote, Insert, Plan, PoolState, Touch, Update, candidate_hashes, decide
+from service.core.persist_plan import Insert, Plan, PoolState, Touch, Update, candidate_hashes, decide
 
 log = structlog.get_logger(__name__)
 
@@ -145,8 +145,12 @@ class ExtractionHandler:
             if answer is not None and answer.candidates:
                 candidates = answer.candidates
                 state = PoolState(
-                    auto_active={r.id: r for r in await uow.memories.auto_active_in_groups(event.user_id, project_key)},
-                    by_hash=await uow.memories.by_hashes(event.user_id, candidate_hashes(candidates, project_key)),
+                    auto_active={
+                        r.id: r for r in await uow.memories.auto_active_in_groups(event.user_id, project_key)
+                    },
+                    by_hash=await uow.memories.by_hashes(
+                        event.user_id, candidate_hashes(candidates, project_key)
+                    ),
                     active_count=await uow.memories.active_count(event.user_id),
                 )
                 plan = decide(candidates, existing, project_key, state)
@@ -161,24 +165,26 @@ class ExtractionHandler:
     async def _apply(self, uow: UnitOfWork, plan: Plan, event: TaskFinishedEvent, model: str) -> None:
         now = utcnow()
         user = event.user_id
-        trace = {"actor": "auto", "event_id": event.event_id, "session_id": event.session_id, "model": model}
+        trace = HistoryEntry("", "auto", event_id=event.event_id, session_id=event.session_id, model=model)
         for op in plan.ops:
             if isinstance(op, Insert):
                 row_id = await uow.memories.insert(
                     user, op.group, op.content, op.dedup_hash, Source.AUTO, event.session_id, now
                 )
-                entry = HistoryEntry("insert", new_content=op.content, **trace)
+                entry = replace(trace, action="insert", new_content=op.content)
             elif isinstance(op, Touch):
                 row_id = op.row_id
                 await uow.memories.touch(user, row_id, now)
-                entry = HistoryEntry("touch", **trace)
+                entry = replace(trace, action="touch")
             elif isinstance(op, Update):
                 row_id = op.row_id
                 await uow.memories.update_content(user, row_id, op.new_content, op.new_hash, now)
-                entry = HistoryEntry("update", old_content=op.old_content, new_content=op.new_content, **trace)
-            elif isinstance(op, Demote):
+                entry = replace(
+                    trace, action="update", old_content=op.old_content, new_content=op.new_content
+                )
+            else:
                 row_id = op.row_id
                 # D14: a soft demotion the user can undo from the dismissed list.
                 await uow.memories.set_status(user, row_id, Status.DISMISSED, now)
-                entry = HistoryEntry("demote", old_content=op.content, **trace)
+                entry = replace(trace, action="demote", old_content=op.content)
             await uow.memories.record(user, row_id, entry, now)

@@ -31,10 +31,6 @@ def build_comparison_set(
 ) -> ComparisonSet:
     """Keep only AUTO ACTIVE rows of the USER group and the session's project group, in a stable order."""
     groups = {USER_GROUP} | ({Group(Scope.PROJECT, project_key)} if project_key else set())
-    legal = [
-        r
-        for r in rows
-        if r.source is Source.AUTO and r.status is Status.ACTIVE and r.group in groups
-    ]
+    legal = [r for r in rows if r.source is Source.AUTO and r.status is Status.ACTIVE and r.group in groups]
     legal.sort(key=lambda r: (r.scope is not Scope.USER, r.updated_at, r.id))
     return ComparisonSet(rows={i: r for i, r in enumerate(legal, start=1)}, dismissed=dismissed)

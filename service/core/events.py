@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from dataclasses import dataclass
+from datetime import datetime
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 

@@ -75,4 +75,3 @@ class Candidate:
     action: Action
     content: str | None
     existing_alias: object = None
-

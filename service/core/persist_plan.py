@@ -102,7 +102,9 @@ def candidate_group(candidate: Candidate, project_key: str | None) -> Group:
 def candidate_hashes(candidates: list[Candidate], project_key: str | None) -> set[str]:
     """The hashes `PoolState.by_hash` must cover for `decide` to see every collision."""
     return {
-        dedup_hash(candidate_group(c, project_key).scope, candidate_group(c, project_key).project_key, c.content)
+        dedup_hash(
+            candidate_group(c, project_key).scope, candidate_group(c, project_key).project_key, c.content
+        )
         for c in candidates
         if c.content is not None
     }
@@ -121,9 +123,7 @@ class _Planner:
     def __init__(self, state: PoolState, project_key: str | None) -> None:
         self.project_key = project_key
         self.active = state.active_count
-        self.slots: dict[str, _Slot] = {
-            h: _Slot(r.id, r.status, r.group) for h, r in state.by_hash.items()
-        }
+        self.slots: dict[str, _Slot] = {h: _Slot(r.id, r.status, r.group) for h, r in state.by_hash.items()}
         self.hash_of: dict[int, str] = {r.id: r.dedup_hash for r in state.auto_active.values()}
         self.content_of: dict[int, str] = {r.id: r.content for r in state.auto_active.values()}
         self.group_of: dict[int, Group] = {r.id: r.group for r in state.auto_active.values()}
@@ -222,9 +222,7 @@ def decide(
     """Turn the model's candidates into ops that keep D3, D13 and D14 whatever the model said."""
     # Only AUTO ACTIVE rows may be referenced or demoted, whatever the caller put in the state.
     auto = {
-        i: r
-        for i, r in state.auto_active.items()
-        if r.source is Source.AUTO and r.status is Status.ACTIVE
+        i: r for i, r in state.auto_active.items() if r.source is Source.AUTO and r.status is Status.ACTIVE
     }
     clean = PoolState(auto_active=auto, by_hash=state.by_hash, active_count=state.active_count)
     return _Planner(clean, project_key).run(candidates, existing)

@@ -83,8 +83,11 @@ class AccountRepository:
 
     async def lock_user(self, user_id: int) -> datetime | None:
         """Hold the user's row lock until the transaction ends; returns the last consolidation time."""
-        stmt = sa.select(memory_user_state.c.last_consolidated_at).where(memory_user_state.c.user_id == user_id)
-        return await self.conn.scalar(for_update(stmt, self.conn))
+        stmt = sa.select(memory_user_state.c.last_consolidated_at).where(
+            memory_user_state.c.user_id == user_id
+        )
+        value: datetime | None = await self.conn.scalar(for_update(stmt, self.conn))
+        return value
 
     async def set_consolidated(self, user_id: int, when: datetime) -> None:
         await self.conn.execute(

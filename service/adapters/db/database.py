@@ -1,4 +1,5 @@
-"""Connections and the unit of work: a transaction is a visible `async with` block, rolled back unless committed."""
+"""Connections and the unit of work: a transaction is a visible `async with` block, rolled back
+unless committed."""
 
 from __future__ import annotations
 

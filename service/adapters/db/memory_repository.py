@@ -83,9 +83,9 @@ class MemoryRepository:
 
     async def active_count(self, user_id: int) -> int:
         count = await self.conn.scalar(
-            sa.select(sa.func.count()).select_from(t).where(
-                t.c.user_id == user_id, t.c.status == Status.ACTIVE.value
-            )
+            sa.select(sa.func.count())
+            .select_from(t)
+            .where(t.c.user_id == user_id, t.c.status == Status.ACTIVE.value)
         )
         return int(count or 0)
 
@@ -113,12 +113,18 @@ class MemoryRepository:
                 updated_at=now,
             )
         )
-        return int(result.inserted_primary_key[0])
+        key = result.inserted_primary_key
+        assert key is not None
+        return int(key[0])
 
     async def touch(self, user_id: int, row_id: int, now: datetime) -> None:
-        await self.conn.execute(t.update().where(t.c.user_id == user_id, t.c.id == row_id).values(updated_at=now))
+        await self.conn.execute(
+            t.update().where(t.c.user_id == user_id, t.c.id == row_id).values(updated_at=now)
+        )
 
-    async def update_content(self, user_id: int, row_id: int, content: str, digest: str, now: datetime) -> None:
+    async def update_content(
+        self, user_id: int, row_id: int, content: str, digest: str, now: datetime
+    ) -> None:
         await self.conn.execute(
             t.update()
             .where(t.c.user_id == user_id, t.c.id == row_id)
@@ -127,7 +133,9 @@ class MemoryRepository:
 
     async def set_status(self, user_id: int, row_id: int, status: Status, now: datetime) -> None:
         await self.conn.execute(
-            t.update().where(t.c.user_id == user_id, t.c.id == row_id).values(status=status.value, updated_at=now)
+            t.update()
+            .where(t.c.user_id == user_id, t.c.id == row_id)
+            .values(status=status.value, updated_at=now)
         )
 
     async def record(self, user_id: int, memory_id: int, entry: HistoryEntry, now: datetime) -> None:

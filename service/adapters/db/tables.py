@@ -7,6 +7,8 @@ kept to the microsecond so the list order `updated_at DESC, id DESC` is stable.
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
 
@@ -14,7 +16,11 @@ metadata = sa.MetaData()
 
 BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 Timestamp = sa.DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql")
-MYSQL_OPTS = {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4", "mysql_collate": "utf8mb4_bin"}
+MYSQL_OPTS: dict[str, Any] = {
+    "mysql_engine": "InnoDB",
+    "mysql_charset": "utf8mb4",
+    "mysql_collate": "utf8mb4_bin",
+}
 
 memory_item = sa.Table(
     "memory_item",

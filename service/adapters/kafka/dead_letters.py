@@ -1,4 +1,4 @@
-"""The dead-letter topic, published through a FastStream `KafkaBroker` (which also documents it in AsyncAPI)."""
+"""The dead-letter topic, published through a FastStream `KafkaBroker` (which documents it in AsyncAPI)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,9 @@ class DeadLetterPublisher:
     def __init__(self, broker: KafkaBroker, topic: str) -> None:
         self._broker = broker
         self.topic = topic
-        self._publisher = broker.publisher(topic, description="task.finished messages that cannot be processed")
+        self._publisher = broker.publisher(
+            topic, description="task.finished messages that cannot be processed"
+        )
 
     async def publish(self, value: bytes | None, key: bytes | None, headers: dict[str, str]) -> None:
         """Returns once the broker has acknowledged the message, so the source offset may be committed."""

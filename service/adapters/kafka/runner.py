@@ -64,7 +64,6 @@ class KeyOrderedRunner:
         self._room = asyncio.Event()
         self._paused = False
         self._last_commit = 0.0
-        self.assigned = asyncio.Event()
 
     @property
     def buffered(self) -> int:
@@ -219,14 +218,13 @@ class KeyOrderedRunner:
         await self._settle(None)
 
     async def on_revoked(self, revoked: set[TopicPartition]) -> None:
-        self.assigned.clear()
+        self._metrics.partitions_assigned.set(0)
         await self._settle(revoked)
 
     def on_assigned(self, assigned: set[TopicPartition]) -> None:
         if self._paused and assigned:
             self._consumer.pause(*assigned)
-        if assigned:
-            self.assigned.set()
+        self._metrics.partitions_assigned.set(len(self._consumer.assignment()))
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]

@@ -1,6 +1,8 @@
-"""Creating the topic and its DLQ at start, so a consumer started before any producer is never left waiting."""
+"""Creating the topic and its DLQ at start: a consumer started before any producer never waits for them."""
 
 from __future__ import annotations
+
+import contextlib
 
 import structlog
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -17,12 +19,11 @@ async def ensure_topics(bootstrap: str, topics: list[str], partitions: int, repl
         missing = [t for t in topics if t not in existing]
         if not missing:
             return
-        try:
+        # Another replica may create it between the listing and the request.
+        with contextlib.suppress(TopicAlreadyExistsError):
             await admin.create_topics(
                 [NewTopic(name=t, num_partitions=partitions, replication_factor=replication) for t in missing]
             )
-        except TopicAlreadyExistsError:
-            pass  # another replica created it between the listing and the request
         log.info("topics_created", topics=missing, partitions=partitions)
     finally:
         await admin.close()

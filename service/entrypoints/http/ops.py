@@ -28,7 +28,10 @@ def ops_router(registry: CollectorRegistry, checks: dict[str, Check]) -> APIRout
         status = dict(zip(checks, results, strict=True))
         ready = all(results)
         return JSONResponse(
-            {"status": "ok" if ready else "unavailable", "checks": {k: "ok" if v else "fail" for k, v in status.items()}},
+            {
+                "status": "ok" if ready else "unavailable",
+                "checks": {k: "ok" if v else "fail" for k, v in status.items()},
+            },
             status_code=200 if ready else 503,
         )
 

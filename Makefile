@@ -1,0 +1,42 @@
+# Two commands set everything up on a fresh machine: `make run` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+export LITELLM_LOCAL_MODEL_COST_MAP := True
+
+.PHONY: install run test lint typecheck unit schemas bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## Run the service on its embedded defaults: SQLite under ./data, the embedded broker on 127.0.0.1:9092.
+run: install
+	$(BIN)/mao-memory migrate
+	$(BIN)/mao-memory run
+
+## Lint, type-check and the whole test suite (unit, integration on MariaDB and SQLite, end to end).
+test: install
+	scripts/ensure-mariadb
+	$(BIN)/ruff check service tests scripts migrations
+	$(BIN)/ruff format --check service tests scripts migrations
+	$(BIN)/mypy
+	$(BIN)/pytest
+
+lint: install
+	$(BIN)/ruff check --fix service tests scripts migrations
+	$(BIN)/ruff format service tests scripts migrations
+
+unit: install
+	$(BIN)/pytest tests/unit
+
+schemas: install
+	$(BIN)/python scripts/generate_schemas.py
+
+clean:
+	rm -rf $(VENV) data tests/output

@@ -1,0 +1,106 @@
+"""Shared fixtures: a fresh MariaDB database per run, the scripted LLM, the Tansu broker."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any, TypeVar
+
+import pytest
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+from service.adapters.db.database import Database
+from service.adapters.db.engine import build_engine, upgrade_schema
+from tests.support.processes import MariaDbDatabase, TansuBroker
+from tests.support.scripted_llm import ScriptedLlm
+
+T = TypeVar("T")
+_user_ids = itertools.count(random.randint(10_000, 10_000_000) * 1000)
+
+
+@pytest.fixture
+def user_id() -> int:
+    """A user no other test touches, so tests share one database without interfering."""
+    return next(_user_ids)
+
+
+@pytest.fixture(scope="session")
+def mariadb() -> Iterator[MariaDbDatabase]:
+    database = MariaDbDatabase().create()
+    yield database
+    database.drop()
+
+
+@pytest.fixture(scope="session")
+async def mysql_db(mariadb: MariaDbDatabase) -> AsyncIterator[Database]:
+    db = Database(build_engine(mariadb.url, pool_size=10))
+    yield db
+    await db.dispose()
+
+
+@pytest.fixture(scope="session")
+async def sqlite_db(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Database]:
+    url = f"sqlite+aiosqlite:///{tmp_path_factory.mktemp('sqlite') / 'memory.db'}"
+    upgrade_schema(url)
+    db = Database(build_engine(url, pool_size=1))
+    yield db
+    await db.dispose()
+
+
+@pytest.fixture(params=["mysql", "sqlite"])
+def any_db(request: pytest.FixtureRequest) -> Database:
+    """Runs a test once per dialect: one code path serves both."""
+    return request.getfixturevalue(f"{request.param}_db")  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="session")
+def llm_server() -> Iterator[ScriptedLlm]:
+    server = ScriptedLlm().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def llm(llm_server: ScriptedLlm) -> ScriptedLlm:
+    llm_server.reset()
+    return llm_server
+
+
+@pytest.fixture(scope="session")
+def broker() -> Iterator[TansuBroker]:
+    tansu = TansuBroker().start()
+    yield tansu
+    tansu.stop()
+
+
+async def eventually(
+    probe: Callable[[], Awaitable[T]], until: Callable[[T], bool], timeout_s: float = 20.0
+) -> T:
+    """Poll `probe` until `until(value)` holds; the last value is returned either way for the assert."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    value = await probe()
+    while not until(value) and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.1)
+        value = await probe()
+    return value
+
+
+def event_payload(user_id: int, session_id: int, **overrides: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "eventId": f"evt-{user_id}-{session_id}-{random.randrange(10**12)}",
+        "occurredAt": "2026-12-02T10:00:00Z",
+        "sessionId": session_id,
+        "userId": user_id,
+        "phase": "COMPLETED",
+        "sessionType": "MAIN",
+        "channel": "WEB",
+        "projectKey": None,
+        "lastUserMessage": "请记住:以后所有的报告都用中文来写,并且附上摘要。",
+        "lastAssistantMessage": "好的,我会用中文撰写报告并附上摘要。",
+    }
+    base.update(overrides)
+    return base

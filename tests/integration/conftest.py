@@ -1,0 +1,54 @@
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from service.adapters.db.database import Database
+from service.adapters.llm_client import LlmClient
+from service.adapters.metrics import Metrics
+from service.app.caches import CaptureSwitch, ProjectRecorder
+from service.app.extraction import ExtractionHandler
+from service.config import Settings
+from service.core.events import TaskFinishedEvent
+from tests.conftest import event_payload
+from tests.support.scripted_llm import ScriptedLlm
+
+DEFAULT_MODEL = "openai/scripted-default"
+
+
+@pytest.fixture(scope="session")
+def metrics() -> Metrics:
+    return Metrics()
+
+
+@pytest.fixture(scope="session")
+def llm_client(llm_server: ScriptedLlm, metrics: Metrics) -> LlmClient:
+    return LlmClient(metrics, llm_server.api_base, "test-key", timeout_s=5, max_retries=2, retry_base_s=0.01)
+
+
+HandlerFactory = Callable[..., ExtractionHandler]
+
+
+@pytest.fixture
+def make_handler(llm: ScriptedLlm, llm_client: LlmClient, metrics: Metrics) -> HandlerFactory:
+    def build(db: Database, **overrides: Any) -> ExtractionHandler:
+        settings = Settings(_env_file=None, default_model=DEFAULT_MODEL, capture_cache_ttl_s=0, **overrides)  # type: ignore[call-arg]
+        return ExtractionHandler(
+            db,
+            llm_client,
+            metrics,
+            settings,
+            CaptureSwitch(db, 0),
+            ProjectRecorder(db),
+            llm_slots=asyncio.Semaphore(8),
+        )
+
+    return build
+
+
+def make_event(user_id: int, session_id: int = 1, **overrides: Any) -> TaskFinishedEvent:
+    payload = event_payload(user_id, session_id, **overrides)
+    return TaskFinishedEvent.model_validate_json(__import__("json").dumps(payload))

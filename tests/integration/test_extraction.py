@@ -1,0 +1,263 @@
+"""The extraction handler against a real database, with litellm calling the scripted model (seed 8 P2)."""
+
+from __future__ import annotations
+
+import pytest
+
+from service.adapters.db.database import Database, utcnow
+from service.app.extraction import Outcome
+from service.core.model import Group, Scope, Source, Status
+from tests.integration.conftest import DEFAULT_MODEL, HandlerFactory, make_event
+from tests.support.pool import history, items, ledger, seed, set_capture
+from tests.support.scripted_llm import ScriptedLlm
+
+
+def said(marker: str) -> str:
+    return f"请记住这个长期偏好({marker}):以后所有的报告都用中文来写。"
+
+
+async def test_new_fact_is_inserted_with_its_origin_and_history(
+    any_db: Database, make_handler: HandlerFactory, llm: ScriptedLlm, user_id: int
+) -> None:
+    await set_capture(any_db, user_id)
+    llm.script(f"m{user_id}", [{"type": "user", "action": "insert", "content": "报告用中文写"}])
+    event = make_event(user_id, 42, lastUserMessage=said(f"m{user_id}"))
+
+    outcome, extracted = await make_handler(any_db).handle(event)
+
+    assert outcome is Outcome.EXTRACTED and extracted is not None and extracted.inserted == 1
+    [item] = await items(any_db, user_id)
+    assert (item.scope, item.content, item.source, item.status, item.origin_session_id) == (
+        "USER",
+        "报告用中文写",
+        "AUTO",
+        "ACTIVE",
+        42,
+    )
+    [entry] = await history(any_db, user_id)
+    assert (
+        entry["action"],
+        entry["actor"],
+        entry["new_content"],
+        entry["event_id"],
+        entry["session_id"],
+    ) == ("insert", "auto", "报告用中文写", event.event_id, 42)
+    assert entry["model"] == DEFAULT_MODEL
+    assert [r["outcome"] for r in await ledger(any_db, event.event_id)] == ["extracted"]
+
+
+async def test_same_fact_again_only_touches_updated_at(
+    any_db: Database, make_handler: HandlerFactory, llm: ScriptedLlm, user_id: int
+) -> None:
+    await set_capture(any_db, user_id)
+    llm.script(f"m{user_id}", [{"type": "user", "content": "报告用中文写"}])
+    handler = make_handler(any_db)
+    await handler.handle(make_event(user_id, 1, lastUserMessage=said(f"m{user_id}")))
+    [before] = await items(any_db, user_id)
+
+    await handler.handle(make_event(user_id, 2, lastUserMessage=said(f"m{user_id}")))
+
+    [after] = await items(any_db, user_id)
+    assert after.id == before.id and after.updated_at > before.updated_at
+    assert [h["action"] for h in await history(any_db, user_id)] == ["insert", "touch"]
+
+
+async def test_dismissed_fact_is_never_revived(
+    any_db: Database, make_handler: HandlerFactory, llm: ScriptedLlm, user_id: int
+) -> None:
+    await set_capture(any_db, user_id)
+    row_id = await seed(any_db, user_id, "报告用中文写", status=Status.DISMISSED)
+    [before] = await items(any_db, user_id)
+    llm.script(f"m{user_id}", [{"type": "user", "content": "报告用中文写"}])
+
+    await make_handler(any_db).handle(make_event(user_id, lastUserMessage=said(f"m{user_id}")))
+
+    [after] = await items(any_db, user_id)
+    assert (after.id, after.status, after.updated_at) == (row_id, "DISMISSED", before.updated_at)
+
+
+async def test_capture_off_or_never_set_makes_no_llm_call(
+    mysql_db: Database, make_handler: HandlerFactory, llm: ScriptedLlm, user_id: int
+) -> None:
+    handler = make_handler(mysql_db)
+    marker = f"m{user_id}"
+    assert (await handler.handle(make_event(user_id, lastUserMessage=said(marker))))[
+        0
+    ] is Outcome.SKIPPED_CAPTURE_OFF
+    await set_capture(mysql_db, user_id, False)
+    assert (await handler.handle(make_event(user_id, lastUserMessage=said(marker))))[
+        0
+    ] is Outcome.SKIPPED_CAPTURE_OFF
+    assert llm.calls(marker) == []
+
+
+@pytest.mark.parametrize(
+    ("overrides", "outcome"),
+    [
+        ({"phase": "FAILED"}, Outcome.SKIPPED_PHASE),
+        ({"phase": "CANCELLED"}, Outcome.SKIPPED_PHASE),
+        ({"sessionType": "SUBAGENT"}, Outcome.SKIPPED_SESSION_TYPE),
+        ({"sessionType": "SIDE_TASK"}, Outcome.SKIPPED_SESSION_TYPE),
+        ({"lastAssistantMessage": None}, Outcome.SKIPPED_SHORT),
+    ],
+)
+async def test_filtered_events_make_no_llm_call(
+    mysql_db: Database,
+    make_handler: HandlerFactory,
+    llm: ScriptedLlm,
+    user_id: int,
+    overrides: dict[str, object],
+    outcome: Outcome,
+) -> None:
+    await set_capture(mysql_db, user_id)
+    marker = f"m{user_id}"
+    result = await make_handler(mysql_db).handle(
+        make_event(user_id, lastUserMessage=said(marker), **overrides)
+    )
+    assert result[0] is outcome and llm.calls(marker) == []
+
+
+async def test_short_user_message_makes_no_llm_call(
+    mysql_db: Database, make_handler: HandlerFactory, llm: ScriptedLlm, user_id: int
+) -> None:
+    await set_capture(mysql_db, user_id)
+    result = await make_handler(mysql_db).handle(make_event(user_id, lastUserMessage=f"好的 m{user_id} 谢谢"))
+    assert result[0] is Outcome.SKIPPED_SHORT and llm.calls(f"m{user_id}") == []
+
+
+async def test_a_processed_event_id_is_applied_once(
+    any_db: Database, make_handler: HandlerFactory, llm: ScriptedLlm, user_id: int
+) -> None:
+    await set_capture(any_db, user_id)
+    llm.script(f"m{user_id}", [{"type": "user", "content": "报告用中文写"}])
+    event = make_event(user_id, lastUserMessage=said(f"m{user_id}"))
+    handler = make_handler(any_db)
+
+    assert (await handler.handle(event))[0] is Outcome.EXTRACTED
+    assert (await handler.handle(event))[0] is Outcome.SKIPPED_DUPLICATE_EVENT
+
+    assert len(llm.calls(f"m{user_id}")) == 1
+    assert [h["action"] for h in await history(any_db, user_id)] == ["insert"]
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "this is not json",
+        '{"type": "user", "content": "x"}',
+        [{"type": "user", "content": f"事实{i}"} for i in range(4)],
+        [],
+    ],
+    ids=["invalid-json", "not-a-list", "four-items", "empty"],
+)
+async def test_answers_dropped_as_a_whole_write_nothing(
+    mysql_db: Database, make_handler: HandlerFactory, llm: ScriptedLlm, user_id: int, reply: object
+) -> None:
+    await set_capture(mysql_db, user_id)
+    llm.script(f"m{user_id}", reply)
+    event = make_event(user_id, lastUserMessage=said(f"m{user_id}"))
+    assert (await make_handler(mysql_db).handle(event))[0] is Outcome.EXTRACTED
+    assert await items(mysql_db, user_id) == []
+    assert len(await ledger(mysql_db, event.event_id)) == 1
+
+
+async def test_an_item_over_120_characters_is_dropped_alone(
+    mysql_db: Database, make_handler: HandlerFactory, llm: ScriptedLlm, user_id: int
+) -> None:
+    await set_capture(mysql_db, user_id)
+    llm.script(
+        f"m{user_id}", [{"type": "user", "content": "长" * 121}, {"type": "user", "content": "长" * 120}]
+    )
+    await make_handler(mysql_db).handle(make_event(user_id, lastUserMessage=said(f"m{user_id}")))
+    assert [i.content for i in await items(mysql_db, user_id)] == ["长" * 120]
+
+
+async def test_llm_failure_finishes_the_event_without_memory(
+    mysql_db: Database, make_handler: HandlerFactory, llm: ScriptedLlm, user_id: int
+) -> None:
+    await set_capture(mysql_db, user_id)
+    llm.script(f"m{user_id}", status=500)
+    event = make_event(user_id, lastUserMessage=said(f"m{user_id}"))
+
+    assert (await make_handler(mysql_db).handle(event))[0] is Outcome.FAILED
+
+    assert len(llm.calls(f"m{user_id}")) == 3  # the first call and two bounded retries
+    assert await items(mysql_db, user_id) == []
+    assert [r["outcome"] for r in await ledger(mysql_db, event.event_id)] == ["failed"]
+
+
+async def test_model_comes_from_the_setting_else_the_default(
+    mysql_db: Database, make_handler: HandlerFactory, llm: ScriptedLlm, user_id: int
+) -> None:
+    await set_capture(mysql_db, user_id)
+    handler = make_handler(mysql_db)
+    await handler.handle(make_event(user_id, 1, lastUserMessage=said(f"m{user_id}")))
+    async with mysql_db.transaction() as uow:
+        await uow.accounts.set_extraction_model("openai/admin-chosen", utcnow())
+        await uow.commit()
+    try:
+        await handler.handle(make_event(user_id, 2, lastUserMessage=said(f"m{user_id}")))
+    finally:
+        async with mysql_db.transaction() as uow:
+            await uow.accounts.set_extraction_model("", utcnow())
+            await uow.commit()
+    assert [r.model for r in llm.calls(f"m{user_id}")] == ["scripted-default", "admin-chosen"]
+
+
+@pytest.mark.parametrize("project_key", [None, "", "  ", "WEIXIN"])
+async def test_project_fact_without_a_valid_project_key_is_stored_as_user(
+    mysql_db: Database, make_handler: HandlerFactory, llm: ScriptedLlm, user_id: int, project_key: str | None
+) -> None:
+    await set_capture(mysql_db, user_id)
+    llm.script(f"m{user_id}", [{"type": "project", "content": "仓库测试用 Vitest"}])
+    handler = make_handler(mysql_db, robot_project_keys="WEIXIN,FEISHU")
+    await handler.handle(make_event(user_id, lastUserMessage=said(f"m{user_id}"), projectKey=project_key))
+    [item] = await items(mysql_db, user_id)
+    assert (item.scope, item.project_key) == ("USER", "")
+
+
+async def test_project_fact_with_a_project_key_is_stored_in_that_project(
+    any_db: Database, make_handler: HandlerFactory, llm: ScriptedLlm, user_id: int
+) -> None:
+    await set_capture(any_db, user_id)
+    llm.script(f"m{user_id}", [{"type": "project", "content": "仓库测试用 Vitest"}])
+    await make_handler(any_db).handle(
+        make_event(user_id, lastUserMessage=said(f"m{user_id}"), projectKey="mao")
+    )
+    [item] = await items(any_db, user_id)
+    assert (item.scope, item.project_key) == ("PROJECT", "mao")
+
+
+async def test_events_of_every_phase_record_the_project(
+    mysql_db: Database, make_handler: HandlerFactory, user_id: int
+) -> None:
+    handler = make_handler(mysql_db, robot_project_keys="WEIXIN")
+    await handler.handle(make_event(user_id, 1, phase="FAILED", projectKey="alpha"))
+    await handler.handle(make_event(user_id, 2, sessionType="SUBAGENT", projectKey="beta"))
+    await handler.handle(make_event(user_id, 3, projectKey="WEIXIN"))
+    async with mysql_db.read() as uow:
+        assert sorted(await uow.accounts.seen_projects(user_id)) == ["alpha", "beta"]
+
+
+async def test_prompt_shows_aliases_of_auto_rows_and_dismissed_contents_only(
+    mysql_db: Database, make_handler: HandlerFactory, llm: ScriptedLlm, user_id: int
+) -> None:
+    await set_capture(mysql_db, user_id)
+    for filler in ("a", "b", "c"):  # real ids of this user's rows are then surely above the aliases
+        await seed(mysql_db, user_id + 10**15, filler)
+    auto = await seed(mysql_db, user_id, "自动用户事实")
+    await seed(mysql_db, user_id, "手写事实", source=Source.MANUAL)
+    await seed(mysql_db, user_id, "项目自动事实", group=Group(Scope.PROJECT, "mao"))
+    await seed(mysql_db, user_id, "别的项目事实", group=Group(Scope.PROJECT, "other"))
+    await seed(mysql_db, user_id, "被忽略的事实", status=Status.DISMISSED)
+
+    await make_handler(mysql_db).handle(
+        make_event(user_id, lastUserMessage=said(f"m{user_id}"), projectKey="mao")
+    )
+
+    [call] = llm.calls(f"m{user_id}")
+    data = call.data
+    assert sorted(e["content"] for e in data["existing"]) == ["自动用户事实", "项目自动事实"]
+    assert {e["id"] for e in data["existing"]} == {1, 2} and auto not in {1, 2}
+    assert data["dismissed"] == ["被忽略的事实"]
+    assert "手写事实" not in call.text and "别的项目事实" not in call.text

@@ -1,0 +1,154 @@
+"""Real processes the tests start: the Tansu broker, the service itself, and a fresh MariaDB database."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import pymysql
+
+from service.adapters.db.engine import upgrade_schema
+
+ROOT = Path(__file__).resolve().parents[2]
+OUTPUT = ROOT / "tests" / "output"
+MYSQL_HOST = os.environ.get("MEMORY_TEST_MYSQL_HOST", "127.0.0.1")
+MYSQL_PORT = int(os.environ.get("MEMORY_TEST_MYSQL_PORT", "3306"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class MariaDbDatabase:
+    """A database of its own per test run, created, migrated and dropped over a real connection."""
+
+    def __init__(self) -> None:
+        self.name = f"mm_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+
+    @property
+    def url(self) -> str:
+        return f"mysql+aiomysql://root:@{MYSQL_HOST}:{MYSQL_PORT}/{self.name}"
+
+    def _admin(self) -> pymysql.connections.Connection:  # type: ignore[type-arg]
+        return pymysql.connect(host=MYSQL_HOST, port=MYSQL_PORT, user="root", password="", autocommit=True)
+
+    def create(self) -> MariaDbDatabase:
+        with self._admin() as conn, conn.cursor() as cur:
+            cur.execute(f"CREATE DATABASE `{self.name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+        upgrade_schema(self.url)
+        return self
+
+    def drop(self) -> None:
+        with self._admin() as conn, conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS `{self.name}`")
+
+
+class TansuBroker:
+    def __init__(self) -> None:
+        from service.adapters.kafka.embedded_broker import EmbeddedBroker
+
+        self._broker = EmbeddedBroker(free_port())
+
+    @property
+    def bootstrap(self) -> str:
+        return self._broker.bootstrap
+
+    def start(self) -> TansuBroker:
+        self._broker.start()
+        return self
+
+    def stop(self) -> None:
+        self._broker.stop()
+
+
+class ServiceProcess:
+    """`mao-memory <mode>` as a child process, configured only through MEMORY_* variables."""
+
+    def __init__(self, mode: str, env: dict[str, str], name: str = "service") -> None:
+        self.mode = mode
+        self.port = free_port()
+        self.env = {
+            **os.environ,
+            **env,
+            "MEMORY_HTTP_PORT": str(self.port),
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        }
+        OUTPUT.mkdir(parents=True, exist_ok=True)
+        self.log_path = OUTPUT / f"{name}-{self.port}.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, wait_ready: bool = True, timeout_s: float = 60.0) -> ServiceProcess:
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "service.entrypoints.cli", self.mode],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
+        if wait_ready:
+            self.wait_ready(timeout_s)
+        return self
+
+    def wait_ready(self, timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                raise RuntimeError(f"service exited with {self.process.returncode}; see {self.log_path}")
+            try:
+                if httpx.get(f"{self.base_url}/readyz", timeout=1.0).status_code == 200 and self._assigned():
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"service not ready within {timeout_s}s; see {self.log_path}")
+
+    def _assigned(self) -> bool:
+        """A worker is ready for a test once its consumer owns partitions."""
+        if self.mode == "api":
+            return True
+        text = httpx.get(f"{self.base_url}/metrics", timeout=1.0).text
+        return "mao_memory_partitions_assigned" not in text or any(
+            line.startswith("mao_memory_partitions_assigned") and not line.endswith(" 0.0")
+            for line in text.splitlines()
+        )
+
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 30.0) -> int:
+        if self.process is None:
+            return 0
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        code = self.process.returncode
+        self.process = None
+        return code
+
+    def metric(self, name: str, **labels: str) -> float:
+        """Sum of a metric's samples whose labels include `labels`."""
+        total = 0.0
+        for line in httpx.get(f"{self.base_url}/metrics", timeout=2.0).text.splitlines():
+            if not line.startswith(name) or line.startswith("#"):
+                continue
+            head, _, value = line.rpartition(" ")
+            if head.split("{")[0] != name:
+                continue
+            if all(f'{k}="{v}"' in head for k, v in labels.items()):
+                total += float(value)
+        return total

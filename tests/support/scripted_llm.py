@@ -1,0 +1,145 @@
+"""A scripted OpenAI-compatible chat-completions server on loopback, for the real litellm path.
+
+Rules match a substring of the request's messages; the first matching rule answers. Every request
+is recorded, so tests can assert how many calls were made and what the prompt contained.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Rule:
+    marker: str
+    reply: str = "[]"
+    status: int = 200
+    delay_s: float = 0.0
+    headers: dict[str, str] = field(default_factory=dict)
+    times: int | None = None  # answer this many times, then fall through to later rules
+    raw_body: bytes | None = None  # sent as-is instead of a chat completion (broken answers)
+
+
+@dataclass
+class Request:
+    model: str
+    messages: list[dict[str, Any]]
+    at: float
+
+    @property
+    def text(self) -> str:
+        return "\n".join(str(m.get("content", "")) for m in self.messages)
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """The JSON data block of the extraction prompt's user message."""
+        return dict(json.loads(self.messages[-1]["content"]))
+
+
+class ScriptedLlm:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.rules: list[Rule] = []
+        self.requests: list[Request] = []
+        self.default_delay_s = 0.0
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def api_base(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    def start(self) -> ScriptedLlm:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def reset(self) -> None:
+        with self._lock:
+            self.rules.clear()
+            self.requests.clear()
+            self.default_delay_s = 0.0
+
+    def script(self, marker: str, reply: Any = "[]", **kwargs: Any) -> Rule:
+        text = reply if isinstance(reply, str) else json.dumps(reply, ensure_ascii=False)
+        rule = Rule(marker=marker, reply=text, **kwargs)
+        with self._lock:
+            self.rules.append(rule)
+        return rule
+
+    def calls(self, marker: str) -> list[Request]:
+        with self._lock:
+            return [r for r in self.requests if marker in r.text]
+
+    def _answer(self, body: dict[str, Any]) -> tuple[Rule | None, Request]:
+        request = Request(
+            model=str(body.get("model")), messages=list(body.get("messages", [])), at=time.time()
+        )
+        with self._lock:
+            self.requests.append(request)
+            for rule in self.rules:
+                if rule.marker in request.text and (rule.times is None or rule.times > 0):
+                    if rule.times is not None:
+                        rule.times -= 1
+                    return rule, request
+        return None, request
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        llm = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length", "0"))
+                body = json.loads(self.rfile.read(length) or b"{}")
+                rule, request = llm._answer(body)
+                delay = rule.delay_s if rule and rule.delay_s else llm.default_delay_s
+                if delay:
+                    time.sleep(delay)
+                status = rule.status if rule else 200
+                if rule is not None and rule.raw_body is not None:
+                    payload = rule.raw_body
+                elif status != 200:
+                    payload = json.dumps(
+                        {"error": {"message": "scripted failure", "type": "server_error"}}
+                    ).encode()
+                else:
+                    payload = json.dumps(_completion(request.model, rule.reply if rule else "[]")).encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(payload)))
+                    for name, value in (rule.headers if rule else {}).items():
+                        self.send_header(name, value)
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+        return Handler
+
+
+def _completion(model: str, content: str) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-scripted",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
+        ],
+        "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
+    }
