@@ -37,6 +37,54 @@ def _groups_clause(project_key: str | None) -> sa.ColumnElement[bool]:
 
 
 @dataclass(frozen=True, slots=True)
+class ItemRecord:
+    """A memory as the API shows it."""
+
+    id: int
+    scope: Scope
+    project_key: str
+    content: str
+    source: Source
+    status: Status
+    dedup_hash: str
+    origin_session_id: int | None
+    created_at: datetime
+    updated_at: datetime
+
+
+def to_record(r: Any) -> ItemRecord:
+    return ItemRecord(
+        id=r.id,
+        scope=Scope(r.scope),
+        project_key=r.project_key,
+        content=r.content,
+        source=Source(r.source),
+        status=Status(r.status),
+        dedup_hash=r.dedup_hash,
+        origin_session_id=r.origin_session_id,
+        created_at=r.created_at,
+        updated_at=r.updated_at,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ListFilter:
+    scope: Scope | None = None
+    project_key: str | None = None
+    status: Status | None = None
+
+    def clause(self, user_id: int) -> sa.ColumnElement[bool]:
+        conditions = [t.c.user_id == user_id]
+        if self.scope is not None:
+            conditions.append(t.c.scope == self.scope.value)
+        if self.project_key is not None:
+            conditions.append(t.c.project_key == self.project_key)
+        if self.status is not None:
+            conditions.append(t.c.status == self.status.value)
+        return sa.and_(*conditions)
+
+
+@dataclass(frozen=True, slots=True)
 class HistoryEntry:
     """Who changed what, and which conversation caused it, so a polluted memory can be traced."""
 
@@ -123,13 +171,18 @@ class MemoryRepository:
         )
 
     async def update_content(
-        self, user_id: int, row_id: int, content: str, digest: str, now: datetime
+        self,
+        user_id: int,
+        row_id: int,
+        content: str,
+        digest: str,
+        now: datetime,
+        source: Source | None = None,
     ) -> None:
-        await self.conn.execute(
-            t.update()
-            .where(t.c.user_id == user_id, t.c.id == row_id)
-            .values(content=content, dedup_hash=digest, updated_at=now)
-        )
+        values: dict[str, Any] = {"content": content, "dedup_hash": digest, "updated_at": now}
+        if source is not None:
+            values["source"] = source.value
+        await self.conn.execute(t.update().where(t.c.user_id == user_id, t.c.id == row_id).values(**values))
 
     async def set_status(self, user_id: int, row_id: int, status: Status, now: datetime) -> None:
         await self.conn.execute(
@@ -137,6 +190,59 @@ class MemoryRepository:
             .where(t.c.user_id == user_id, t.c.id == row_id)
             .values(status=status.value, updated_at=now)
         )
+
+    async def get(self, user_id: int, row_id: int) -> ItemRecord | None:
+        found = (
+            await self.conn.execute(sa.select(t).where(t.c.user_id == user_id, t.c.id == row_id))
+        ).first()
+        return to_record(found) if found is not None else None
+
+    async def page(self, user_id: int, where: ListFilter, offset: int, limit: int) -> list[ItemRecord]:
+        rows = await self.conn.execute(
+            sa.select(t)
+            .where(where.clause(user_id))
+            .order_by(t.c.updated_at.desc(), t.c.id.desc())
+            .offset(offset)
+            .limit(limit)
+        )
+        return [to_record(r) for r in rows]
+
+    async def count(self, user_id: int, where: ListFilter) -> int:
+        value = await self.conn.scalar(sa.select(sa.func.count()).select_from(t).where(where.clause(user_id)))
+        return int(value or 0)
+
+    async def top_active(self, user_id: int, scope: Scope, project_key: str, limit: int) -> list[ItemRecord]:
+        """The injection window of one scope; served by idx_memory_user / idx_memory_project."""
+        rows = await self.conn.execute(
+            sa.select(t)
+            .where(
+                t.c.user_id == user_id,
+                t.c.scope == scope.value,
+                t.c.project_key == project_key,
+                t.c.status == Status.ACTIVE.value,
+            )
+            .order_by(t.c.updated_at.desc(), t.c.id.desc())
+            .limit(limit)
+        )
+        return [to_record(r) for r in rows]
+
+    async def delete(self, user_id: int, row_id: int) -> None:
+        await self.conn.execute(t.delete().where(t.c.user_id == user_id, t.c.id == row_id))
+
+    async def project_keys(self, user_id: int) -> list[str]:
+        rows = await self.conn.execute(
+            sa.select(t.c.project_key)
+            .where(t.c.user_id == user_id, t.c.scope == Scope.PROJECT.value)
+            .distinct()
+        )
+        return [r.project_key for r in rows]
+
+    async def history_of(self, user_id: int, memory_id: int) -> list[Any]:
+        h = memory_history
+        rows = await self.conn.execute(
+            sa.select(h).where(h.c.user_id == user_id, h.c.memory_id == memory_id).order_by(h.c.id)
+        )
+        return list(rows)
 
     async def record(self, user_id: int, memory_id: int, entry: HistoryEntry, now: datetime) -> None:
         await self.conn.execute(

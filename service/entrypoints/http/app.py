@@ -6,6 +6,13 @@ from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
 
+from service.app.memories import MemoryService
+from service.entrypoints.http.admin_routes import admin_router
+from service.entrypoints.http.auth import Authenticator
+from service.entrypoints.http.body_limit import BodyLimit
+from service.entrypoints.http.envelope import install_error_handlers
+from service.entrypoints.http.internal_routes import internal_router
+from service.entrypoints.http.memory_routes import memory_router
 from service.entrypoints.http.ops import Check, ops_router
 
 if TYPE_CHECKING:
@@ -20,5 +27,14 @@ def create_app(container: Container, include_api: bool, checks: dict[str, Check]
         docs_url=None,
         redoc_url=None,
     )
+    install_error_handlers(app)
+    app.add_middleware(BodyLimit)
     app.include_router(ops_router(container.metrics.registry, checks))
+    if include_api:
+        settings = container.settings
+        app.state.authenticator = Authenticator(settings)
+        service = MemoryService(container.db, container.capture, settings.robot_project_keys)
+        app.include_router(memory_router(service))
+        app.include_router(admin_router(service))
+        app.include_router(internal_router(service, settings))
     return app

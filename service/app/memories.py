@@ -1,0 +1,173 @@
+"""The user's own memory operations (seed 5.3, D3, D4, D7, D12) and the injection lookup (5.2)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from service.adapters.db.database import Database, UnitOfWork, utcnow
+from service.adapters.db.memory_repository import HistoryEntry, ItemRecord, ListFilter
+from service.app.caches import CaptureSwitch
+from service.core.injection_prompt import MemoryHint, render_injection
+from service.core.model import (
+    INJECT_PROJECT_LIMIT,
+    INJECT_USER_LIMIT,
+    MAX_ACTIVE_PER_USER,
+    USER_GROUP,
+    Group,
+    Scope,
+    Source,
+    Status,
+)
+from service.core.normalize import dedup_hash
+
+log = structlog.get_logger(__name__)
+
+
+class MemoryError_(Exception):
+    """A rule the request broke; the HTTP layer maps each subclass to its status and code."""
+
+
+class NotFound(MemoryError_):
+    """No such memory for this user: another user's memory is indistinguishable from none (D4)."""
+
+
+class Duplicate(MemoryError_):
+    """MEMORY_CONTENT_DUPLICATE: the user already has this content in this scope."""
+
+
+class LimitExceeded(MemoryError_):
+    """MEMORY_LIMIT_EXCEEDED: the user already has 200 ACTIVE memories (D7)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    items: list[ItemRecord]
+    total: int
+    page: int
+    page_size: int
+
+
+@dataclass(frozen=True, slots=True)
+class Injection:
+    memories: list[MemoryHint]
+    prompt: str
+
+
+def _user_entry(action: str, old: str | None = None, new: str | None = None) -> HistoryEntry:
+    return HistoryEntry(action=action, actor="user", old_content=old, new_content=new)
+
+
+class MemoryService:
+    def __init__(self, db: Database, capture: CaptureSwitch, robot_keys: frozenset[str]) -> None:
+        self._db = db
+        self._capture = capture
+        self._robot_keys = robot_keys
+
+    async def page(self, user_id: int, where: ListFilter, page: int, page_size: int) -> Page:
+        async with self._db.read() as uow:
+            total = await uow.memories.count(user_id, where)
+            items = await uow.memories.page(user_id, where, (page - 1) * page_size, page_size)
+        return Page(items, total, page, page_size)
+
+    async def create(self, user_id: int, scope: Scope, content: str, project_key: str | None) -> ItemRecord:
+        group = Group(Scope.PROJECT, project_key or "") if scope is Scope.PROJECT else USER_GROUP
+        digest = dedup_hash(group.scope, group.project_key, content)
+        async with self._db.locked_user(user_id) as uow:
+            if await uow.memories.by_hashes(user_id, [digest]):
+                raise Duplicate
+            # The manual path keeps its explicit error; only automatic writes demote (D14).
+            if await uow.memories.active_count(user_id) >= MAX_ACTIVE_PER_USER:
+                raise LimitExceeded
+            now = utcnow()
+            row_id = await uow.memories.insert(user_id, group, content, digest, Source.MANUAL, None, now)
+            await uow.memories.record(user_id, row_id, _user_entry("create", new=content), now)
+            item = await uow.memories.get(user_id, row_id)
+            await uow.commit()
+        assert item is not None
+        return item
+
+    async def edit(self, user_id: int, row_id: int, content: str | None, status: Status | None) -> ItemRecord:
+        async with self._db.locked_user(user_id) as uow:
+            item = await uow.memories.get(user_id, row_id)
+            if item is None:
+                raise NotFound
+            if content is not None and content != item.content:
+                await self._edit_content(uow, user_id, item, content)
+            if status is not None and status is not item.status:
+                await self._set_status(uow, user_id, item, status)
+            updated = await uow.memories.get(user_id, row_id)
+            await uow.commit()
+        assert updated is not None
+        return updated
+
+    async def _edit_content(self, uow: UnitOfWork, user_id: int, item: ItemRecord, content: str) -> None:
+        digest = dedup_hash(item.scope, item.project_key, content)
+        clash = (await uow.memories.by_hashes(user_id, [digest])).get(digest)
+        if clash is not None and clash.id != item.id:
+            raise Duplicate
+        now = utcnow()
+        # D12: an edit keeps the status. Edited words are the user's own, so an AUTO or
+        # CONSOLIDATED row becomes MANUAL and leaves the model's comparison set for good.
+        await uow.memories.update_content(user_id, item.id, content, digest, now, source=Source.MANUAL)
+        await uow.memories.record(user_id, item.id, _user_entry("edit", item.content, content), now)
+
+    async def _set_status(self, uow: UnitOfWork, user_id: int, item: ItemRecord, status: Status) -> None:
+        if status is Status.ACTIVE and await uow.memories.active_count(user_id) >= MAX_ACTIVE_PER_USER:
+            raise LimitExceeded
+        now = utcnow()
+        await uow.memories.set_status(user_id, item.id, status, now)
+        action = "restore" if status is Status.ACTIVE else "dismiss"
+        await uow.memories.record(user_id, item.id, _user_entry(action, old=item.content), now)
+
+    async def delete(self, user_id: int, row_id: int) -> None:
+        """Physical (D3): a later extraction of the same fact may insert it again."""
+        async with self._db.locked_user(user_id) as uow:
+            item = await uow.memories.get(user_id, row_id)
+            if item is None:
+                raise NotFound
+            now = utcnow()
+            await uow.memories.delete(user_id, row_id)
+            await uow.memories.record(user_id, row_id, _user_entry("delete", old=item.content), now)
+            await uow.commit()
+
+    async def history(self, user_id: int, row_id: int) -> list[Any]:
+        """Still answers after a delete: the trail outlives the row, for its owner only."""
+        async with self._db.read() as uow:
+            rows = await uow.memories.history_of(user_id, row_id)
+        if not rows:
+            raise NotFound
+        return rows
+
+    async def capture_enabled(self, user_id: int) -> bool:
+        async with self._db.read() as uow:
+            return await uow.accounts.capture_enabled(user_id)
+
+    async def set_capture(self, user_id: int, enabled: bool) -> bool:
+        async with self._db.transaction() as uow:
+            await uow.accounts.set_capture(user_id, enabled, utcnow())
+            await uow.commit()
+        self._capture.invalidate(user_id)
+        log.info("auto_capture_changed", user_id=user_id, enabled=enabled)
+        return enabled
+
+    async def projects(self, user_id: int) -> list[str]:
+        async with self._db.read() as uow:
+            keys = set(await uow.accounts.seen_projects(user_id)) | set(
+                await uow.memories.project_keys(user_id)
+            )
+        return sorted(k for k in keys if k and k not in self._robot_keys)
+
+    async def injection(self, user_id: int, project_key: str | None) -> Injection:
+        """PROJECT top 12 then USER top 8, ACTIVE only, newest first: one indexed query per scope."""
+        async with self._db.read() as uow:
+            project = (
+                await uow.memories.top_active(user_id, Scope.PROJECT, project_key, INJECT_PROJECT_LIMIT)
+                if project_key
+                else []
+            )
+            user = await uow.memories.top_active(user_id, Scope.USER, "", INJECT_USER_LIMIT)
+        hints = [MemoryHint(r.scope, r.project_key or None, r.content) for r in [*project, *user]]
+        return Injection(hints, render_injection(hints))

@@ -1,0 +1,41 @@
+"""The `## 长期记忆` section of the system prompt (seed 5.2), safe against hostile memory content."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from service.core.model import Scope
+from service.core.normalize import clean_content
+
+HEADING = "## 长期记忆"
+PREAMBLE = "以下是关于这位用户与当前项目的已确认记忆;与用户当前消息或工作区规则冲突时,以用户当前消息为准:"
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryHint:
+    scope: Scope
+    project_key: str | None
+    content: str
+
+
+def one_line(text: str) -> str:
+    """Content can only ever be the tail of one list item: no line breaks, no invisible or
+    direction-changing characters, no code fence that would swallow the rest of the prompt."""
+    return clean_content(text).replace("```", "'''")
+
+
+def render_injection(hints: list[MemoryHint]) -> str:
+    """Empty string when there is nothing to inject, so the harness adds no section at all."""
+    lines = []
+    for hint in hints:
+        content = one_line(hint.content)
+        if not content:
+            continue
+        if hint.scope is Scope.PROJECT:
+            key = one_line(hint.project_key or "").replace("]", ")")
+            lines.append(f"- [项目:{key}] {content}")
+        else:
+            lines.append(f"- [用户] {content}")
+    if not lines:
+        return ""
+    return "\n".join([HEADING, PREAMBLE, *lines])

@@ -1,0 +1,43 @@
+"""`/api/v1/admin/memory…`: read-only governance audit of any user's memories (seed 5.4)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import structlog
+from fastapi import APIRouter, Query
+
+from service.app.memories import MemoryService
+from service.core.events import BIGINT_MAX
+from service.entrypoints.http.api_models import HistoryItem, MemoryPage
+from service.entrypoints.http.auth import Reader
+from service.entrypoints.http.envelope import Envelope, error_responses, ok
+from service.entrypoints.http.memory_routes import MemoryId, PageParams, page_data
+
+audit_log = structlog.get_logger("mao_memory.audit")
+TargetUser = Annotated[int, Query(alias="userId", ge=1, le=BIGINT_MAX)]
+
+
+def admin_router(service: MemoryService) -> APIRouter:
+    router = APIRouter(
+        prefix="/api/v1/admin/memory", tags=["admin"], responses=error_responses(400, 401, 403, 503)
+    )
+
+    @router.get("", response_model=Envelope[MemoryPage])
+    async def audit_list(admin: Reader, user_id: TargetUser, params: PageParams) -> dict[str, Any]:
+        """A user's memories for audit; needs `memory:read`; every call is logged."""
+        page, size, where = params
+        audit_log.info("admin_memory_read", caller=admin.user_id, user_id=user_id, page=page)
+        return ok(page_data(await service.page(user_id, where, page, size)))
+
+    @router.get(
+        "/{memory_id}/history", response_model=Envelope[list[HistoryItem]], responses=error_responses(404)
+    )
+    async def audit_history(admin: Reader, memory_id: MemoryId, user_id: TargetUser) -> dict[str, Any]:
+        """One memory's history for audit; needs `memory:read`; every call is logged."""
+        audit_log.info(
+            "admin_memory_history_read", caller=admin.user_id, user_id=user_id, memory_id=memory_id
+        )
+        return ok([HistoryItem.of(r) for r in await service.history(user_id, memory_id)])
+
+    return router

@@ -1,0 +1,34 @@
+"""`/internal/v1/memory/injection`: what the agent harness puts into the system prompt (seed 5.2)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query
+
+from service.app.memories import MemoryService
+from service.config import Settings
+from service.core.events import BIGINT_MAX
+from service.entrypoints.http.api_models import InjectedMemory, Injection
+from service.entrypoints.http.auth import internal_caller
+from service.entrypoints.http.envelope import Envelope, error_responses, ok
+
+
+def internal_router(service: MemoryService, settings: Settings) -> APIRouter:
+    router = APIRouter(
+        prefix="/internal/v1/memory",
+        tags=["internal"],
+        dependencies=[Depends(internal_caller)],
+        responses=error_responses(400, 401, 503),
+    )
+
+    @router.get("/injection", response_model=Envelope[Injection])
+    async def injection(
+        user_id: Annotated[int, Query(alias="userId", ge=1, le=BIGINT_MAX)],
+        project_key: Annotated[str | None, Query(alias="projectKey", max_length=512)] = None,
+    ) -> dict[str, Any]:
+        """PROJECT top 12 then USER top 8 (ACTIVE, newest first) and the rendered prompt section."""
+        result = await service.injection(user_id, settings.valid_project_key(project_key))
+        return ok({"memories": [InjectedMemory.of(h) for h in result.memories], "prompt": result.prompt})
+
+    return router
