@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StringConstraints, model_validator
 from pydantic.alias_generators import to_camel
 
 from service.adapters.db.memory_repository import ItemRecord
@@ -17,45 +17,50 @@ class CamelModel(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
 
 
-def _content(value: str) -> str:
-    """5.3: trimmed, then 1–500 characters (a Chinese character counts as one)."""
-    value = value.strip()
-    if not value:
-        raise ValueError("content must not be empty")
-    if len(value) > MAX_MANUAL_CONTENT_CHARS:
-        raise ValueError(f"content must be at most {MAX_MANUAL_CONTENT_CHARS} characters")
-    return value
+# 5.3: trimmed, then 1–500 characters (a Chinese character counts as one), at least one visible.
+Content = Annotated[
+    str,
+    StringConstraints(
+        strip_whitespace=True, min_length=1, max_length=MAX_MANUAL_CONTENT_CHARS, pattern=r"\S"
+    ),
+]
+ProjectKey = Annotated[
+    str,
+    StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_PROJECT_KEY_CHARS, pattern=r"\S"),
+]
 
 
-class CreateMemory(CamelModel):
-    scope: Literal["USER", "PROJECT"]
-    content: str = Field(max_length=4 * MAX_MANUAL_CONTENT_CHARS)
-    project_key: str | None = Field(default=None, max_length=4 * MAX_PROJECT_KEY_CHARS)
+class CreateUserMemory(CamelModel):
+    scope: Literal["USER"]
+    content: Content
+    project_key: str | None = Field(default=None, description="ignored for USER memories")
 
-    _check_content = field_validator("content")(_content)
 
-    @model_validator(mode="after")
-    def _project_key(self) -> CreateMemory:
-        if self.scope == "USER":
-            self.project_key = None  # a USER memory ignores any projectKey sent with it
-            return self
-        key = (self.project_key or "").strip()
-        if not key:
-            raise ValueError("projectKey is required for PROJECT memories")
-        if len(key) > MAX_PROJECT_KEY_CHARS:
-            raise ValueError(f"projectKey must be at most {MAX_PROJECT_KEY_CHARS} characters")
-        self.project_key = key
-        return self
+class CreateProjectMemory(CamelModel):
+    scope: Literal["PROJECT"]
+    content: Content
+    project_key: ProjectKey
+
+
+CreateMemory = Annotated[CreateUserMemory | CreateProjectMemory, Field(discriminator="scope")]
+
+
+def _patch_schema(schema: dict[str, Any]) -> None:
+    """Document what the validator enforces: send content, status or both, never null."""
+    for name in ("content", "status"):
+        prop = schema["properties"][name]
+        prop["anyOf"] = [option for option in prop["anyOf"] if option.get("type") != "null"]
+        prop.pop("default", None)
+    schema["anyOf"] = [{"required": ["content"]}, {"required": ["status"]}]
 
 
 class PatchMemory(CamelModel):
-    content: str | None = Field(default=None, max_length=4 * MAX_MANUAL_CONTENT_CHARS)
-    status: Literal["ACTIVE", "DISMISSED"] | None = None
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", json_schema_extra=_patch_schema
+    )
 
-    @field_validator("content")
-    @classmethod
-    def _check_content(cls, value: str | None) -> str | None:
-        return None if value is None else _content(value)
+    content: Content | None = None
+    status: Literal["ACTIVE", "DISMISSED"] | None = None
 
     @model_validator(mode="after")
     def _something(self) -> PatchMemory:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
 
 from service.app.memories import MemoryService
 from service.entrypoints.http.admin_routes import admin_router
@@ -37,4 +38,26 @@ def create_app(container: Container, include_api: bool, checks: dict[str, Check]
         app.include_router(memory_router(service))
         app.include_router(admin_router(service))
         app.include_router(internal_router(service, settings))
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """Validation errors are answered as 400 with the envelope, never FastAPI's 422; say so, and
+    document the two bearer schemes."""
+    if app.openapi_schema is not None:
+        return app.openapi_schema
+    schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+    schema.setdefault("components", {})["securitySchemes"] = {
+        "userJwt": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"},
+        "internalToken": {"type": "http", "scheme": "bearer"},
+    }
+    for path, operations in schema.get("paths", {}).items():
+        for operation in operations.values():
+            operation.get("responses", {}).pop("422", None)
+            scheme = "internalToken" if path.startswith("/internal/") else "userJwt"
+            operation["security"] = [{scheme: []}]
+    for name in ("HTTPValidationError", "ValidationError"):
+        schema["components"].get("schemas", {}).pop(name, None)
+    app.openapi_schema = schema
+    return schema

@@ -13,6 +13,7 @@ from service.core.model import MAX_PROJECT_KEY_CHARS, Scope, Status
 from service.entrypoints.http.api_models import (
     CaptureSetting,
     CreateMemory,
+    CreateProjectMemory,
     Deleted,
     HistoryItem,
     MemoryItem,
@@ -48,7 +49,9 @@ def page_data(result: Any) -> dict[str, Any]:
 
 
 def memory_router(service: MemoryService) -> APIRouter:
-    router = APIRouter(prefix="/api/v1/memory", tags=["memory"], responses=error_responses(400, 401, 503))
+    router = APIRouter(
+        prefix="/api/v1/memory", tags=["memory"], responses=error_responses(400, 401, 413, 503)
+    )
 
     @router.get("", response_model=Envelope[MemoryPage])
     async def list_memories(me: Me, params: PageParams) -> dict[str, Any]:
@@ -59,7 +62,8 @@ def memory_router(service: MemoryService) -> APIRouter:
     @router.post("", status_code=201, response_model=Envelope[MemoryItem], responses=error_responses(409))
     async def create_memory(me: Me, body: CreateMemory) -> dict[str, Any]:
         """Add a MANUAL memory; 409 40900 on duplicate content, 409 40901 at 200 ACTIVE."""
-        item = await service.create(me.user_id, Scope(body.scope), body.content, body.project_key)
+        project_key = body.project_key if isinstance(body, CreateProjectMemory) else None
+        item = await service.create(me.user_id, Scope(body.scope), body.content, project_key)
         return ok(MemoryItem.of(item))
 
     @router.get("/settings", response_model=Envelope[CaptureSetting])
