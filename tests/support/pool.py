@@ -55,6 +55,14 @@ async def ledger(db: Database, event_id: str) -> list[dict[str, Any]]:
         return [dict(r._mapping) for r in result]
 
 
+async def ledger_of_user(db: Database, user_id: int) -> list[dict[str, Any]]:
+    async with db.read() as uow:
+        result = await uow.conn.execute(
+            sa.select(memory_event_ledger).where(memory_event_ledger.c.user_id == user_id)
+        )
+        return [dict(r._mapping) for r in result]
+
+
 async def set_capture(db: Database, user_id: int, enabled: bool = True) -> None:
     async with db.transaction() as uow:
         await uow.accounts.set_capture(user_id, enabled, utcnow())
