@@ -23,6 +23,7 @@ from service.adapters.kafka.topics import ensure_topics
 from service.adapters.llm_client import LlmClient
 from service.adapters.metrics import Metrics
 from service.app.caches import CaptureSwitch, ProjectRecorder
+from service.app.consolidation import Consolidator, thresholds
 from service.app.extraction import ExtractionHandler
 from service.config import Settings
 from service.entrypoints.consumer import EventProcessor
@@ -71,6 +72,7 @@ class Container:
     runner: KeyOrderedRunner | None = None
     processor: EventProcessor | None = None
     dead_letters: DeadLetterPublisher | None = None
+    consolidator: Consolidator | None = None
     closers: list[object] = field(default_factory=list)
 
 
@@ -116,7 +118,10 @@ async def start_consumer(container: Container) -> None:
         ProjectRecorder(container.db),
         llm_slots=asyncio.Semaphore(settings.max_in_flight),
     )
-    container.processor = EventProcessor(handler, dead_letters, container.metrics)
+    container.consolidator = Consolidator(container.db, llm, container.metrics, thresholds(settings))
+    container.processor = EventProcessor(
+        handler, dead_letters, container.metrics, after_commit=container.consolidator.schedule
+    )
     consumer = AIOKafkaConsumer(
         bootstrap_servers=container.bootstrap.split(","),
         group_id=settings.kafka_group_id,
@@ -201,6 +206,8 @@ async def serve_forever(settings: Settings, mode: Mode) -> None:
         stop.set()
         if consumer_task is not None:
             await asyncio.gather(consumer_task, return_exceptions=True)
+        if container.consolidator is not None:
+            await container.consolidator.close(settings.shutdown_grace_s)
         server.should_exit = True
         await asyncio.gather(http_task, return_exceptions=True)
         for closer in container.closers:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 import structlog
 from aiokafka import ConsumerRecord
@@ -21,7 +21,8 @@ MAX_EVENT_BYTES = 1024 * 1024
 MAX_BUG_ATTEMPTS = 3
 MAX_BACKOFF_S = 30.0
 
-AfterCommit = Callable[[Extracted], Awaitable[None]]
+# Called once an extraction is committed; must return at once (consolidation runs in the background).
+AfterCommit = Callable[[Extracted], None]
 
 
 class EventProcessor:
@@ -52,7 +53,7 @@ class EventProcessor:
         path = "llm" if outcome in {Outcome.EXTRACTED, Outcome.FAILED} else "skip"
         self._metrics.processing_latency.labels(path).observe(time.perf_counter() - started)
         if extracted is not None and extracted.inserted and self._after_commit is not None:
-            await self._after_commit(extracted)
+            self._after_commit(extracted)
 
     async def _handle(
         self, record: ConsumerRecord[bytes, bytes], event: TaskFinishedEvent

@@ -150,3 +150,26 @@ async def test_poison_message_goes_to_the_dlq_and_the_next_event_is_processed(
     schema_error = next(dict(r.headers)["x-dlq-error"].decode() for r in dead if b"userId" in r.value)
     assert "userId" in schema_error
     assert all(dict(r.headers)["x-original-topic"].decode() == topics.events for r in dead)
+
+
+async def test_an_extraction_that_inserts_triggers_consolidation_afterwards(
+    service: ServiceProcess,
+    producer: AIOKafkaProducer,
+    topics: Topics,
+    mysql_db: Database,
+    llm: ScriptedLlm,
+    user_id: int,
+) -> None:
+    from tests.support.pool import seed_many
+
+    marker = f"c{user_id}"
+    await set_capture(mysql_db, user_id)
+    await seed_many(mysql_db, user_id, [f"{marker} 旧事实{i}" for i in range(31)])  # USER group over 30
+    llm.script(f"m{user_id}", [{"type": "user", "content": f"{marker} 新事实"}])
+    llm.script(marker, [{"op": "merge", "sourceIds": list(range(1, 33)), "content": f"{marker} 合并"}])
+    await publish(producer, topics.events, event_payload(user_id, 7005, lastUserMessage=said(f"m{user_id}")))
+
+    rows = await eventually(lambda: items(mysql_db, user_id), lambda r: len(r) == 1)
+    assert [(r.content, r.source) for r in rows] == [(f"{marker} 合并", "CONSOLIDATED")]
+    consolidation_calls = [c for c in llm.calls(marker) if "consolidate" in c.text]
+    assert len(consolidation_calls) == 1

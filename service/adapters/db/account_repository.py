@@ -89,6 +89,12 @@ class AccountRepository:
         value: datetime | None = await self.conn.scalar(for_update(stmt, self.conn))
         return value
 
+    async def last_consolidated(self, user_id: int) -> datetime | None:
+        value: datetime | None = await self.conn.scalar(
+            sa.select(memory_user_state.c.last_consolidated_at).where(memory_user_state.c.user_id == user_id)
+        )
+        return value
+
     async def set_consolidated(self, user_id: int, when: datetime) -> None:
         await self.conn.execute(
             memory_user_state.update()

@@ -137,6 +137,19 @@ class MemoryRepository:
         )
         return int(count or 0)
 
+    async def active_in_group(self, user_id: int, group: Group) -> int:
+        count = await self.conn.scalar(
+            sa.select(sa.func.count())
+            .select_from(t)
+            .where(
+                t.c.user_id == user_id,
+                t.c.scope == group.scope.value,
+                t.c.project_key == group.project_key,
+                t.c.status == Status.ACTIVE.value,
+            )
+        )
+        return int(count or 0)
+
     async def insert(
         self,
         user_id: int,
