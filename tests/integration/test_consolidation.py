@@ -19,7 +19,7 @@ from service.app.extraction import Extracted
 from service.core.consolidation import RunResult, Thresholds
 from service.core.model import Group, Scope, Source, Status
 from tests.support.pool import history, items, seed, seed_many
-from tests.support.processes import OUTPUT, MYSQL_HOST, MYSQL_PORT, MariaDbDatabase
+from tests.support.processes import MYSQL_HOST, MYSQL_PORT, OUTPUT, MariaDbDatabase
 from tests.support.scripted_llm import ScriptedLlm
 
 MAO = Group(Scope.PROJECT, "mao")
