@@ -79,7 +79,12 @@ class Container:
 def build_container(settings: Settings) -> Container:
     """Nothing connects here: engines and clients open lazily, so building is cheap and testable."""
     metrics = Metrics()
-    db = Database(build_engine(settings.database_url, settings.database_pool_size))
+    db = Database(
+        build_engine(settings.database_url, settings.database_pool_size),
+        None
+        if settings.database_url.startswith("sqlite")
+        else build_engine(settings.database_url, settings.database_pool_size, autocommit=True),
+    )
     return Container(
         settings=settings, metrics=metrics, db=db, capture=CaptureSwitch(db, settings.capture_cache_ttl_s)
     )
@@ -186,6 +191,8 @@ async def serve_forever(settings: Settings, mode: Mode) -> None:
             log_config=None,
             access_log=False,
             lifespan="off",
+            loop="none",
+            http="httptools",
         )
     )
     http_task = asyncio.create_task(server.serve())

@@ -37,7 +37,7 @@ def mariadb() -> Iterator[MariaDbDatabase]:
 
 @pytest.fixture(scope="session")
 async def mysql_db(mariadb: MariaDbDatabase) -> AsyncIterator[Database]:
-    db = Database(build_engine(mariadb.url, pool_size=10))
+    db = Database(build_engine(mariadb.url, pool_size=10), build_engine(mariadb.url, 10, autocommit=True))
     yield db
     await db.dispose()
 

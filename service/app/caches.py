@@ -35,6 +35,13 @@ class CaptureSwitch:
         self._entries[user_id] = (value, now + self._ttl_s)
         return value
 
+    def cached(self, user_id: int) -> bool | None:
+        """The switch if a fresh entry is at hand, without I/O; None when a lookup is needed."""
+        entry = self._entries.get(user_id)
+        if entry is not None and entry[1] > self._clock():
+            return entry[0]
+        return None
+
     def invalidate(self, user_id: int) -> None:
         self._entries.pop(user_id, None)
 
@@ -45,6 +52,9 @@ class ProjectRecorder:
     def __init__(self, db: Database) -> None:
         self._db = db
         self._seen: set[tuple[int, str]] = set()
+
+    def known(self, user_id: int, project_key: str) -> bool:
+        return (user_id, project_key) in self._seen
 
     async def remember(self, user_id: int, project_key: str) -> None:
         key = (user_id, project_key)

@@ -73,6 +73,16 @@ class ExtractionHandler:
         # MEMORY_MAX_IN_FLIGHT bounds concurrent model calls, not events: skips never queue behind them.
         self._llm_slots = llm_slots
 
+    def outcome_without_io(self, event: TaskFinishedEvent) -> Outcome | None:
+        """The skip path decided from the event and warm caches alone, or None when I/O is needed."""
+        project_key = self._settings.valid_project_key(event.project_key)
+        if project_key and not self._projects.known(event.user_id, project_key):
+            return None
+        skip = static_skip(event)
+        if skip is not None:
+            return Outcome(skip.value)
+        return Outcome.SKIPPED_CAPTURE_OFF if self._capture.cached(event.user_id) is False else None
+
     async def handle(self, event: TaskFinishedEvent) -> tuple[Outcome, Extracted | None]:
         project_key = self._settings.valid_project_key(event.project_key)
         if project_key:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 
+import uvloop
 from pydantic import ValidationError
 
 from service.config import Settings
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> None:
     from service.bootstrap import Mode, configure_logging, serve_forever
 
     configure_logging(settings.log_level)
-    asyncio.run(serve_forever(settings, Mode(args.command)))
+    uvloop.run(serve_forever(settings, Mode(args.command)))
 
 
 if __name__ == "__main__":

@@ -55,6 +55,9 @@ class Recorder:
 
         consumer.commit = audited_commit  # type: ignore[method-assign]
 
+    def try_fast(self, record: ConsumerRecord[bytes, bytes]) -> bool:
+        return False
+
     async def __call__(self, record: ConsumerRecord[bytes, bytes]) -> None:
         tp = TopicPartition(record.topic, record.partition)
         self.started[tp].add(record.offset)

@@ -44,8 +44,9 @@ class UnitOfWork:
 
 
 class Database:
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, read_engine: AsyncEngine | None = None) -> None:
         self.engine = engine
+        self.read_engine = read_engine or engine
         self.is_sqlite = engine.dialect.name == "sqlite"
         # SQLite has a single writer; serializing writers here turns SQLITE_BUSY into a queue and
         # plays the part of MySQL's per-user row lock in the embedded setup.
@@ -54,8 +55,8 @@ class Database:
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[UnitOfWork]:
-        """A short read-only transaction."""
-        async with self.engine.connect() as conn:
+        """Lookups on the autocommit read engine; each statement sees the latest committed rows."""
+        async with self.read_engine.connect() as conn:
             yield UnitOfWork(conn)
 
     @asynccontextmanager
@@ -95,8 +96,10 @@ class Database:
             yield
 
     async def ping(self) -> None:
-        async with self.engine.connect() as conn:
+        async with self.read_engine.connect() as conn:
             await conn.execute(sa.text("SELECT 1"))
 
     async def dispose(self) -> None:
         await self.engine.dispose()
+        if self.read_engine is not self.engine:
+            await self.read_engine.dispose()

@@ -13,8 +13,8 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Hashable
-from typing import Any
+from collections.abc import Hashable
+from typing import Any, Protocol
 
 import structlog
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
@@ -27,7 +27,13 @@ from service.adapters.metrics import Metrics
 
 log = structlog.get_logger(__name__)
 
-Process = Callable[[ConsumerRecord[bytes, bytes]], Awaitable[None]]
+
+class Process(Protocol):
+    def try_fast(self, record: ConsumerRecord[bytes, bytes]) -> bool:
+        """Finish the record without I/O if possible; True when it is done."""
+
+    async def __call__(self, record: ConsumerRecord[bytes, bytes]) -> None:
+        """Return once the record's effects are committed; never raise for a bad record."""
 
 
 class _Chain:
@@ -101,12 +107,20 @@ class KeyOrderedRunner:
                 self._take(tp, record)
 
     def _take(self, tp: TopicPartition, record: ConsumerRecord[bytes, bytes]) -> None:
-        self._offsets.setdefault(tp, PartitionOffsets()).take(record.offset)
-        self._buffered += 1
-        self._metrics.in_flight.set(self._buffered)
+        offsets = self._offsets.get(tp)
+        if offsets is None:
+            offsets = self._offsets[tp] = PartitionOffsets()
+        offsets.take(record.offset)
         # No key means no session to order by; the partition's own order is kept instead.
         key: Hashable = record.key if record.key is not None else ("partition", tp.partition)
         chain = self._chains.get(key)
+        if chain is None and self._process.try_fast(record):
+            # Nothing of this key is pending, so finishing now keeps the key's order; skips never
+            # wait behind model calls of other sessions, nor take a task.
+            offsets.finish(record.offset)
+            return
+        self._buffered += 1
+        self._metrics.in_flight.set(self._buffered)
         if chain is None:
             chain = self._chains[key] = _Chain(tp)
         chain.records.append(record)
