@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: install run test lint typecheck unit schemas bench clean
+.PHONY: install run test lint unit schemas bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,8 +23,8 @@ run: install
 ## Lint, type-check and the whole test suite (unit, integration on MariaDB and SQLite, end to end).
 test: install
 	scripts/ensure-mariadb
-	$(BIN)/ruff check service tests scripts migrations
-	$(BIN)/ruff format --check service tests scripts migrations
+	$(BIN)/ruff check service tests scripts migrations bench
+	$(BIN)/ruff format --check service tests scripts migrations bench
 	$(BIN)/mypy
 	$(BIN)/pytest
 
@@ -40,3 +40,8 @@ schemas: install
 
 clean:
 	rm -rf $(VENV) data tests/output
+
+## Benchmarks: writes bench/results.json and bench/RESULTS.md (a few minutes; needs MariaDB).
+bench: install
+	scripts/ensure-mariadb
+	$(BIN)/python -m bench.run

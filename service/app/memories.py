@@ -163,11 +163,8 @@ class MemoryService:
     async def injection(self, user_id: int, project_key: str | None) -> Injection:
         """PROJECT top 12 then USER top 8, ACTIVE only, newest first: one indexed query per scope."""
         async with self._db.read() as uow:
-            project = (
-                await uow.memories.top_active(user_id, Scope.PROJECT, project_key, INJECT_PROJECT_LIMIT)
-                if project_key
-                else []
+            window = await uow.memories.injection_window(
+                user_id, project_key, INJECT_PROJECT_LIMIT, INJECT_USER_LIMIT
             )
-            user = await uow.memories.top_active(user_id, Scope.USER, "", INJECT_USER_LIMIT)
-        hints = [MemoryHint(r.scope, r.project_key or None, r.content) for r in [*project, *user]]
+        hints = [MemoryHint(scope, key or None, content) for scope, key, content in window]
         return Injection(hints, render_injection(hints))

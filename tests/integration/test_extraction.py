@@ -261,3 +261,20 @@ async def test_prompt_shows_aliases_of_auto_rows_and_dismissed_contents_only(
     assert {e["id"] for e in data["existing"]} == {1, 2} and auto not in {1, 2}
     assert data["dismissed"] == ["被忽略的事实"]
     assert "手写事实" not in call.text and "别的项目事实" not in call.text
+
+
+async def test_injection_window_on_both_dialects(any_db: Database, user_id: int) -> None:
+    from service.app.caches import CaptureSwitch
+    from service.app.memories import MemoryService
+    from tests.support.pool import seed_many
+
+    await seed_many(any_db, user_id, [f"用户{i}" for i in range(10)])
+    await seed_many(any_db, user_id, [f"项目{i}" for i in range(14)], group=Group(Scope.PROJECT, "mao"))
+    service = MemoryService(any_db, CaptureSwitch(any_db, 0), frozenset())
+    injected = await service.injection(user_id, "mao")
+    assert [h.content for h in injected.memories] == [f"项目{i}" for i in range(13, 1, -1)] + [
+        f"用户{i}" for i in range(9, 1, -1)
+    ]
+    assert [h.content for h in (await service.injection(user_id, None)).memories] == [
+        f"用户{i}" for i in range(9, 1, -1)
+    ]

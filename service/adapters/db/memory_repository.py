@@ -36,6 +36,32 @@ def _groups_clause(project_key: str | None) -> sa.ColumnElement[bool]:
     return sa.or_(user, sa.and_(t.c.scope == Scope.PROJECT.value, t.c.project_key == project_key))
 
 
+def _window(scope: Scope, key_param: str, limit_param: str) -> sa.Select[Any]:
+    return (
+        sa.select(t.c.id, t.c.scope, t.c.project_key, t.c.content, t.c.updated_at)
+        .where(
+            t.c.user_id == sa.bindparam("user_id"),
+            t.c.scope == scope.value,
+            t.c.project_key == sa.bindparam(key_param),
+            t.c.status == Status.ACTIVE.value,
+        )
+        .order_by(t.c.updated_at.desc(), t.c.id.desc())
+        .limit(sa.bindparam(limit_param, type_=sa.Integer))
+    )
+
+
+_PARTS = sa.union_all(
+    _window(Scope.PROJECT, "project_key", "project_limit").subquery("p").select(),
+    _window(Scope.USER, "user_key", "user_limit").subquery("u").select(),
+).subquery("w")
+# 'PROJECT' sorts before 'USER': project memories first, each part newest first.
+_INJECTION = (
+    sa.select(_PARTS.c.scope, _PARTS.c.project_key, _PARTS.c.content)
+    .order_by(_PARTS.c.scope, _PARTS.c.updated_at.desc(), _PARTS.c.id.desc())
+    .params(user_key="")
+)
+
+
 @dataclass(frozen=True, slots=True)
 class ItemRecord:
     """A memory as the API shows it."""
@@ -224,20 +250,21 @@ class MemoryRepository:
         value = await self.conn.scalar(sa.select(sa.func.count()).select_from(t).where(where.clause(user_id)))
         return int(value or 0)
 
-    async def top_active(self, user_id: int, scope: Scope, project_key: str, limit: int) -> list[ItemRecord]:
-        """The injection window of one scope; served by idx_memory_user / idx_memory_project."""
+    async def injection_window(
+        self, user_id: int, project_key: str | None, project_limit: int, user_limit: int
+    ) -> list[tuple[Scope, str, str]]:
+        """PROJECT top N then USER top M in one round trip: a UNION ALL of two index-ordered scans
+        (idx_memory_project / idx_memory_user), newest first within each."""
         rows = await self.conn.execute(
-            sa.select(t)
-            .where(
-                t.c.user_id == user_id,
-                t.c.scope == scope.value,
-                t.c.project_key == project_key,
-                t.c.status == Status.ACTIVE.value,
-            )
-            .order_by(t.c.updated_at.desc(), t.c.id.desc())
-            .limit(limit)
+            _INJECTION,
+            {
+                "user_id": user_id,
+                "project_key": project_key or "",
+                "project_limit": project_limit if project_key else 0,
+                "user_limit": user_limit,
+            },
         )
-        return [to_record(r) for r in rows]
+        return [(Scope(r.scope), r.project_key, r.content) for r in rows]
 
     async def delete(self, user_id: int, row_id: int) -> None:
         await self.conn.execute(t.delete().where(t.c.user_id == user_id, t.c.id == row_id))

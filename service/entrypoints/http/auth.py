@@ -83,20 +83,20 @@ def require(caller: Caller, permission: str) -> None:
         raise ApiError(403, f"permission {permission} required")
 
 
-def current_caller(request: Request) -> Caller:
-    """FastAPI dependency: the verified caller of an `/api/**` request."""
+async def current_caller(request: Request) -> Caller:
+    """FastAPI dependency: the verified caller of an `/api/**` request (async: no thread hop)."""
     authenticator: Authenticator = request.app.state.authenticator
     return authenticator.caller(request)
 
 
-def audit_reader(request: Request) -> Caller:
+async def audit_reader(request: Request) -> Caller:
     """FastAPI dependency: a caller holding `memory:read`."""
-    caller = current_caller(request)
+    caller = await current_caller(request)
     require(caller, READ_PERMISSION)
     return caller
 
 
-def internal_caller(request: Request) -> None:
+async def internal_caller(request: Request) -> None:
     """FastAPI dependency: the harness, holding the internal token."""
     authenticator: Authenticator = request.app.state.authenticator
     authenticator.internal(request)

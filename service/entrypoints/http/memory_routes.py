@@ -26,7 +26,7 @@ from service.entrypoints.http.envelope import Envelope, error_responses, ok
 MemoryId = Annotated[int, Path(ge=1, le=BIGINT_MAX, description="memory id")]
 
 
-def page_params(
+async def page_params(
     page: Annotated[int, Query(ge=1, le=1_000_000)] = 1,
     page_size: Annotated[int, Query(alias="pageSize", ge=1, le=100)] = 20,
     scope: Annotated[Scope | None, Query()] = None,
