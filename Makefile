@@ -23,6 +23,7 @@ run: install
 ## Lint, type-check and the whole test suite (unit, integration on MariaDB and SQLite, end to end).
 test: install
 	scripts/ensure-mariadb
+	scripts/ensure-tools
 	$(BIN)/ruff check service tests scripts migrations bench
 	$(BIN)/ruff format --check service tests scripts migrations bench
 	$(BIN)/mypy

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
 PREFIX = "mao_memory"
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -10,6 +10,8 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 
 
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        # `*_created` series double the cardinality and no dashboard or alert reads them.
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self.events = Counter(
@@ -71,6 +73,38 @@ class Metrics:
         self.partitions_assigned = Gauge(
             f"{PREFIX}_partitions_assigned", "Partitions this consumer owns", registry=r
         )
+        self.ready = Gauge(
+            f"{PREFIX}_ready", "1 when every dependency answered the last readiness check", registry=r
+        )
         self.committed_offset = Gauge(
             f"{PREFIX}_committed_offset", "Last committed offset", ["partition"], registry=r
         )
+        self._initialize_series()
+
+    def _initialize_series(self) -> None:
+        """Every known label set exists from the start at 0, so rates and alerts never see a gap."""
+        from service.app.extraction import Outcome
+        from service.core.consolidation import RunResult
+        from service.core.model import Action
+        from service.core.persist_plan import Result
+
+        for outcome in Outcome:
+            self.events.labels(outcome.value)
+        for purpose in ("extraction", "consolidation"):
+            for result in ("ok", "timeout", "error", "invalid_json", "too_many_items"):
+                self.llm_calls.labels(purpose, result)
+            self.llm_latency.labels(purpose)
+            self.llm_retries.labels(purpose)
+            for kind in ("prompt", "completion"):
+                self.llm_tokens.labels(purpose, kind)
+        for action in Action:
+            for candidate_result in Result:
+                self.candidates.labels(action.value, candidate_result.value)
+        for run_result in RunResult:
+            self.consolidations.labels(run_result.value)
+        for op in ("merged", "dropped"):
+            self.consolidated_rows.labels(op)
+        for reason in ("invalid_json", "invalid_utf8", "schema", "too_large", "empty", "processing_error"):
+            self.dead_letters.labels(reason)
+        for path in ("llm", "skip"):
+            self.processing_latency.labels(path)

@@ -41,3 +41,13 @@ def test_user_id_beyond_bigint_and_oversized_messages_are_rejected() -> None:
     assert decode_event(json.dumps(event_payload(2**63, 1)).encode(), 10**6).reason == "schema"
     assert decode_event(b"x" * 101, 100).reason == "too_large"
     assert decode_event(b"\xff", 100).reason == "invalid_utf8"
+
+
+def test_checked_in_asyncapi_matches_the_code() -> None:
+    """FastStream generates it from the same model; regenerate with `make schemas`."""
+    from service.adapters.kafka.asyncapi import asyncapi_document
+
+    checked_in = json.loads((SCHEMA.parent / "asyncapi.json").read_text())
+    assert checked_in == json.loads(json.dumps(asyncapi_document()))
+    payload = json.dumps(checked_in)
+    assert "task.finished.dlq" in payload and "lastAssistantMessage" in payload

@@ -11,7 +11,14 @@ from sqlalchemy import event
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-MIGRATIONS_DIR = Path(__file__).resolve().parents[3] / "migrations"
+
+def _migrations_dir() -> Path:
+    """Beside the package in a checkout; in the working directory of an installed image."""
+    beside = Path(__file__).resolve().parents[3] / "migrations"
+    return beside if beside.is_dir() else Path.cwd() / "migrations"
+
+
+MIGRATIONS_DIR = _migrations_dir()
 
 
 def build_engine(url: str, pool_size: int, autocommit: bool = False) -> AsyncEngine:

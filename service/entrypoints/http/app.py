@@ -30,7 +30,7 @@ def create_app(container: Container, include_api: bool, checks: dict[str, Check]
     )
     install_error_handlers(app)
     app.add_middleware(BodyLimit)
-    app.include_router(ops_router(container.metrics.registry, checks))
+    app.include_router(ops_router(container.metrics, checks))
     if include_api:
         settings = container.settings
         app.state.authenticator = Authenticator(settings)

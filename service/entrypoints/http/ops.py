@@ -7,14 +7,22 @@ from collections.abc import Awaitable, Callable
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from service.adapters.metrics import Metrics
 
 Check = Callable[[], Awaitable[bool]]
 CHECK_TIMEOUT_S = 2.0
 
 
-def ops_router(registry: CollectorRegistry, checks: dict[str, Check]) -> APIRouter:
+def ops_router(metrics: Metrics, checks: dict[str, Check]) -> APIRouter:
     router = APIRouter(include_in_schema=False)
+
+    async def run_checks() -> dict[str, bool]:
+        results = await asyncio.gather(*(_run(check) for check in checks.values()))
+        status = dict(zip(checks, results, strict=True))
+        metrics.ready.set(1 if all(results) else 0)
+        return status
 
     @router.get("/healthz")
     async def healthz() -> dict[str, str]:
@@ -24,9 +32,8 @@ def ops_router(registry: CollectorRegistry, checks: dict[str, Check]) -> APIRout
     @router.get("/readyz")
     async def readyz() -> JSONResponse:
         """Ready when every dependency (database, broker) answers within two seconds."""
-        results = await asyncio.gather(*(_run(check) for check in checks.values()))
-        status = dict(zip(checks, results, strict=True))
-        ready = all(results)
+        status = await run_checks()
+        ready = all(status.values())
         return JSONResponse(
             {
                 "status": "ok" if ready else "unavailable",
@@ -36,8 +43,10 @@ def ops_router(registry: CollectorRegistry, checks: dict[str, Check]) -> APIRout
         )
 
     @router.get("/metrics")
-    async def metrics() -> Response:
-        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+    async def scrape() -> Response:
+        """Each scrape refreshes `mao_memory_ready`, so the readiness alert needs no other prober."""
+        await run_checks()
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return router
 
