@@ -32,6 +32,7 @@ class Settings(BaseSettings):
     http_port: int = Field(default=8080, ge=0, le=65535)
 
     jwt_secret: SecretStr | None = None
+    jwt_previous_secret: SecretStr | None = None  # still accepted while tokens signed with it expire
     jwt_issuer: str | None = None
     jwt_audience: str | None = None
     internal_token: SecretStr | None = None

@@ -32,7 +32,9 @@ def _bearer(request: Request) -> str:
 
 class Authenticator:
     def __init__(self, settings: Settings) -> None:
-        self._secret = settings.jwt_secret.get_secret_value() if settings.jwt_secret else None
+        self._secrets = [
+            s.get_secret_value() for s in (settings.jwt_secret, settings.jwt_previous_secret) if s
+        ]
         self._issuer = settings.jwt_issuer
         self._audience = settings.jwt_audience
         self._internal = (
@@ -41,21 +43,31 @@ class Authenticator:
 
     def caller(self, request: Request) -> Caller:
         token = _bearer(request)
-        if self._secret is None:
+        if not self._secrets:
             raise ApiError(401, "authentication is not configured")
-        options = {"require": ["exp", "sub"], "verify_aud": self._audience is not None}
-        try:
-            claims = jwt.decode(
-                token,
-                self._secret,
-                algorithms=["HS256"],
-                issuer=self._issuer,
-                audience=self._audience,
-                options=options,  # type: ignore[arg-type]
-            )
-        except jwt.PyJWTError as exc:
-            raise ApiError(401, f"invalid token: {type(exc).__name__}") from None
+        claims = self._verify(token)
         return Caller(_user_id(claims.get("sub")), _permissions(claims.get("permissions")))
+
+    def _verify(self, token: str) -> dict[str, object]:
+        """HS256 only (never `none`), `exp` and `sub` required; the previous secret eases rotation."""
+        options = {"require": ["exp", "sub"], "verify_aud": self._audience is not None}
+        error: jwt.PyJWTError | None = None
+        for secret in self._secrets:
+            try:
+                claims: dict[str, object] = jwt.decode(
+                    token,
+                    secret,
+                    algorithms=["HS256"],
+                    issuer=self._issuer,
+                    audience=self._audience,
+                    options=options,  # type: ignore[arg-type]
+                )
+                return claims
+            except jwt.InvalidSignatureError as exc:
+                error = exc  # maybe signed with the other secret
+            except jwt.PyJWTError as exc:
+                raise ApiError(401, f"invalid token: {type(exc).__name__}") from None
+        raise ApiError(401, f"invalid token: {type(error).__name__}")
 
     def internal(self, request: Request) -> None:
         token = _bearer(request).encode()
