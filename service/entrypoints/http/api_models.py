@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StringConstraints, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, WithJsonSchema, model_validator
 from pydantic.alias_generators import to_camel
 
 from service.adapters.db.memory_repository import ItemRecord
@@ -17,17 +17,24 @@ class CamelModel(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
 
 
-# 5.3: trimmed, then 1–500 characters (a Chinese character counts as one), at least one visible.
-Content = Annotated[
-    str,
-    StringConstraints(
-        strip_whitespace=True, min_length=1, max_length=MAX_MANUAL_CONTENT_CHARS, pattern=r"\S"
-    ),
-]
-ProjectKey = Annotated[
-    str,
-    StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_PROJECT_KEY_CHARS, pattern=r"\S"),
-]
+def _trimmed(limit: int) -> Any:
+    """5.3: trimmed with Python's notion of whitespace, then 1–`limit` characters (a Chinese
+    character counts as one). The schema states the same rule for generators and clients."""
+
+    def check(value: str) -> str:
+        value = value.strip()
+        if not value:
+            raise ValueError("must not be blank")
+        if len(value) > limit:
+            raise ValueError(f"must be at most {limit} characters")
+        return value
+
+    schema = {"type": "string", "minLength": 1, "maxLength": limit, "pattern": r"\S"}
+    return (AfterValidator(check), WithJsonSchema(schema))
+
+
+Content = Annotated[str, *_trimmed(MAX_MANUAL_CONTENT_CHARS)]
+ProjectKey = Annotated[str, *_trimmed(MAX_PROJECT_KEY_CHARS)]
 
 
 class CreateUserMemory(CamelModel):
