@@ -12,16 +12,16 @@ from typing import Any, TypeVar
 import pytest
 from hypothesis import settings as hypothesis_settings
 
+from service.adapters.db.database import Database
+from service.adapters.db.engine import build_engine, upgrade_schema
+from tests.support.processes import MariaDbDatabase, TansuBroker
+from tests.support.scripted_llm import ScriptedLlm
+
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 # CI replays the same examples every run; local runs keep exploring new ones.
 hypothesis_settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI"):
     hypothesis_settings.load_profile("ci")
-
-from service.adapters.db.database import Database
-from service.adapters.db.engine import build_engine, upgrade_schema
-from tests.support.processes import MariaDbDatabase, TansuBroker
-from tests.support.scripted_llm import ScriptedLlm
 
 T = TypeVar("T")
 _user_ids = itertools.count(random.randint(10_000, 10_000_000) * 1000)
