@@ -24,7 +24,8 @@ if os.environ.get("CI"):
     hypothesis_settings.load_profile("ci")
 
 T = TypeVar("T")
-_user_ids = itertools.count(random.randint(10_000, 10_000_000) * 1000)
+# Ids 10,000 apart: a test may use a block of consecutive users without meeting another test's.
+_user_ids = itertools.count(random.randint(10_000, 10_000_000) * 100_000, 10_000)
 
 
 @pytest.fixture

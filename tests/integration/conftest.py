@@ -34,11 +34,11 @@ HandlerFactory = Callable[..., ExtractionHandler]
 
 @pytest.fixture
 def make_handler(llm: ScriptedLlm, llm_client: LlmClient, metrics: Metrics) -> HandlerFactory:
-    def build(db: Database, **overrides: Any) -> ExtractionHandler:
+    def build(db: Database, llm: LlmClient | None = None, **overrides: Any) -> ExtractionHandler:
         settings = Settings(_env_file=None, default_model=DEFAULT_MODEL, capture_cache_ttl_s=0, **overrides)  # type: ignore[call-arg]
         return ExtractionHandler(
             db,
-            llm_client,
+            llm or llm_client,
             metrics,
             settings,
             CaptureSwitch(db, 0),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -23,6 +24,7 @@ class Rule:
     headers: dict[str, str] = field(default_factory=dict)
     times: int | None = None  # answer this many times, then fall through to later rules
     raw_body: bytes | None = None  # sent as-is instead of a chat completion (broken answers)
+    truncate: bool = False  # announce the whole body, send half of it, close: a stream cut mid-answer
 
 
 @dataclass
@@ -47,6 +49,8 @@ class ScriptedLlm:
         self.rules: list[Rule] = []
         self.requests: list[Request] = []
         self.default_delay_s = 0.0
+        # Answers requests no rule matches: a function of the request, for streams of many events.
+        self.responder: Callable[[Request], str | None] | None = None
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -68,6 +72,7 @@ class ScriptedLlm:
             self.rules.clear()
             self.requests.clear()
             self.default_delay_s = 0.0
+            self.responder = None
 
     def script(self, marker: str, reply: Any = "[]", **kwargs: Any) -> Rule:
         text = reply if isinstance(reply, str) else json.dumps(reply, ensure_ascii=False)
@@ -117,7 +122,8 @@ class ScriptedLlm:
                         {"error": {"message": "scripted failure", "type": "server_error"}}
                     ).encode()
                 else:
-                    payload = json.dumps(_completion(request.model, rule.reply if rule else "[]")).encode()
+                    reply = rule.reply if rule else (llm.responder(request) if llm.responder else None)
+                    payload = json.dumps(_completion(request.model, reply or "[]")).encode()
                 try:
                     self.send_response(status)
                     self.send_header("content-type", "application/json")
@@ -125,6 +131,11 @@ class ScriptedLlm:
                     for name, value in (rule.headers if rule else {}).items():
                         self.send_header(name, value)
                     self.end_headers()
+                    if rule is not None and rule.truncate:
+                        self.wfile.write(payload[: len(payload) // 2])
+                        self.wfile.flush()
+                        self.connection.shutdown(2)
+                        return
                     self.wfile.write(payload)
                 except (BrokenPipeError, ConnectionResetError):
                     pass

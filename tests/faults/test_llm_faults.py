@@ -1,0 +1,131 @@
+"""LLM faults, one test each: the event is finished without memory and counted, never retried forever."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from service.adapters.db.database import Database
+from service.adapters.llm_client import LlmClient
+from service.adapters.metrics import Metrics
+from service.app.extraction import Outcome
+from tests.faults.conftest import Report
+from tests.integration.conftest import HandlerFactory, make_event
+from tests.support.pool import items, ledger, set_capture
+from tests.support.processes import free_port
+from tests.support.scripted_llm import ScriptedLlm
+
+GOOD = [{"type": "user", "content": "故障之后仍然记住的事实"}]
+
+
+def said(marker: str) -> str:
+    return f"请记住这个长期偏好({marker}):以后所有的报告都用中文来写。"
+
+
+async def extract(
+    db: Database, make_handler: HandlerFactory, user_id: int, llm: LlmClient | None = None
+) -> Outcome:
+    event = make_event(user_id, lastUserMessage=said(f"m{user_id}"))
+    outcome, _ = await make_handler(db, llm=llm).handle(event)
+    assert len(await ledger(db, event.event_id)) == 1  # finished, exactly once
+    return outcome
+
+
+async def test_timeout_finishes_the_event_without_retrying(
+    mysql_db: Database, make_handler: HandlerFactory, llm: ScriptedLlm, user_id: int, report: Report
+) -> None:
+    await set_capture(mysql_db, user_id)
+    llm.script(f"m{user_id}", GOOD, delay_s=1.5)
+    metrics = Metrics()
+    client = LlmClient(metrics, llm.api_base, "k", timeout_s=0.5, max_retries=2, retry_base_s=0.01)
+    started = time.perf_counter()
+    assert await extract(mysql_db, make_handler, user_id, llm=client) is Outcome.FAILED
+    assert time.perf_counter() - started < 1.4 and len(llm.calls(f"m{user_id}")) == 1
+    assert metrics.llm_calls.labels("extraction", "timeout")._value.get() == 1
+    assert await items(mysql_db, user_id) == []
+    report.add(
+        "LLM timeout", events=1, faults=1, rows_checked=1, note="one call, no retry, counted as timeout"
+    )
+
+
+async def test_429_is_retried_after_retry_after(
+    mysql_db: Database, make_handler: HandlerFactory, llm: ScriptedLlm, user_id: int, report: Report
+) -> None:
+    await set_capture(mysql_db, user_id)
+    llm.script(f"m{user_id}", status=429, headers={"Retry-After": "1"}, times=1)
+    llm.script(f"m{user_id}", GOOD)
+    started = time.perf_counter()
+    assert await extract(mysql_db, make_handler, user_id) is Outcome.EXTRACTED
+    calls = llm.calls(f"m{user_id}")
+    assert len(calls) == 2 and calls[1].at - calls[0].at >= 0.95
+    assert time.perf_counter() - started >= 0.95
+    assert [i.content for i in await items(mysql_db, user_id)] == [GOOD[0]["content"]]
+    report.add(
+        "LLM 429 with Retry-After: 1", events=1, faults=1, rows_checked=1, note="second call ≥ 1 s later"
+    )
+
+
+async def test_5xx_is_retried_with_backoff_then_succeeds(
+    mysql_db: Database, make_handler: HandlerFactory, llm: ScriptedLlm, user_id: int, report: Report
+) -> None:
+    await set_capture(mysql_db, user_id)
+    llm.script(f"m{user_id}", status=502, times=2)
+    llm.script(f"m{user_id}", GOOD)
+    assert await extract(mysql_db, make_handler, user_id) is Outcome.EXTRACTED
+    assert len(llm.calls(f"m{user_id}")) == 3 and len(await items(mysql_db, user_id)) == 1
+    report.add("LLM 502 twice, then OK", events=1, faults=2, rows_checked=1)
+
+
+async def test_5xx_beyond_the_retry_budget_is_a_counted_failure(
+    mysql_db: Database, make_handler: HandlerFactory, llm: ScriptedLlm, user_id: int, report: Report
+) -> None:
+    await set_capture(mysql_db, user_id)
+    llm.script(f"m{user_id}", status=503)
+    assert await extract(mysql_db, make_handler, user_id) is Outcome.FAILED
+    assert len(llm.calls(f"m{user_id}")) == 3 and await items(mysql_db, user_id) == []
+    report.add("LLM 503 on every try", events=1, faults=3, rows_checked=1, note="3 calls, then failed")
+
+
+async def test_connection_refused_is_a_counted_failure(
+    mysql_db: Database, make_handler: HandlerFactory, user_id: int, report: Report
+) -> None:
+    await set_capture(mysql_db, user_id)
+    metrics = Metrics()
+    dead = LlmClient(
+        metrics, f"http://127.0.0.1:{free_port()}/v1", "k", timeout_s=2, max_retries=2, retry_base_s=0.01
+    )
+    assert await extract(mysql_db, make_handler, user_id, llm=dead) is Outcome.FAILED
+    assert metrics.llm_retries.labels("extraction")._value.get() == 2
+    assert metrics.llm_calls.labels("extraction", "error")._value.get() == 1
+    report.add("LLM connection refused", events=1, faults=3, rows_checked=1)
+
+
+@pytest.mark.parametrize(
+    ("name", "rule"),
+    [
+        ("answer of 1 MB", {"reply": "[" + "x" * (1024 * 1024) + "]"}),
+        ("invalid JSON", {"reply": "[{'type': 'user'"}),
+        ("JSON of the wrong shape", {"reply": {"memories": GOOD}}),
+        ("more than 3 items", {"reply": GOOD * 4}),
+        ("items of 121 characters", {"reply": [{"type": "user", "content": "长" * 121}]}),
+        ("response cut mid-answer", {"reply": GOOD, "truncate": True}),
+        ("body that is not a completion", {"raw_body": b'{"id": 1, "choices": "nope"}'}),
+    ],
+)
+async def test_broken_answers_leave_no_memory(
+    mysql_db: Database,
+    make_handler: HandlerFactory,
+    llm: ScriptedLlm,
+    user_id: int,
+    report: Report,
+    name: str,
+    rule: dict[str, object],
+) -> None:
+    await set_capture(mysql_db, user_id)
+    reply = rule.pop("reply", "[]")
+    llm.script(f"m{user_id}", reply, **rule)
+    outcome = await extract(mysql_db, make_handler, user_id)
+    assert outcome in {Outcome.EXTRACTED, Outcome.FAILED}
+    assert await items(mysql_db, user_id) == []
+    report.add(f"LLM {name}", events=1, faults=1, rows_checked=1, note=f"outcome {outcome.value}")
