@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: install run test lint unit schemas bench clean
+.PHONY: install run test faults lint unit schemas bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,12 @@ test: install
 	$(BIN)/ruff format --check service tests scripts migrations bench
 	$(BIN)/mypy
 	$(BIN)/pytest
+
+## The fault suite (crashes, SIGTERM, database outage, broker restart, poison input, LLM faults);
+## writes tests/faults/REPORT.md. A few minutes.
+faults: install
+	scripts/ensure-mariadb
+	$(BIN)/pytest tests/faults
 
 lint: install
 	$(BIN)/ruff check --fix service tests scripts migrations

@@ -412,3 +412,49 @@ async def test_a_thousand_concurrent_requests_on_one_pool(
 @pytest.fixture(autouse=True)
 def _no_leftover_responder(llm: ScriptedLlm) -> None:
     llm.responder = None
+
+
+async def test_broker_restart_the_consumer_reconnects_and_carries_on(
+    mariadb: MariaDbDatabase, llm: ScriptedLlm, mysql_db: Database, user_id: int, report: Report
+) -> None:
+    """Tansu keeps topics in memory only, so after its restart the topic is recreated, as an operator
+    (or Kafka's own durability) would have it; the running worker is never touched."""
+    from service.adapters.kafka.topics import ensure_topics
+
+    own = TansuBroker().start()
+    users = [user_id + i for i in range(10)]
+    for u in users:
+        await set_capture(mysql_db, u)
+    llm.responder = stream_responder
+    topics = Topics()
+    service = worker(mariadb, own, llm, topics).start()
+    try:
+        events = stream(users, 4)
+        first = AIOKafkaProducer(bootstrap_servers=own.bootstrap)
+        await first.start()
+        await publish_many(first, topics.events, events[:20])
+        await first.stop()
+        await wait_ledger(mysql_db, users, 2)
+
+        own.stop()
+        await asyncio.sleep(3)
+        own.start()
+        await ensure_topics(own.bootstrap, [topics.events, topics.dlq], 4)
+        second = AIOKafkaProducer(bootstrap_servers=own.bootstrap)
+        await second.start()
+        await publish_many(second, topics.events, events[20:])
+        await second.stop()
+
+        done = await wait_ledger(mysql_db, users, 4, timeout_s=90)
+        assert Counter(r["event_id"] for r in done) == Counter(e["eventId"] for e in events)
+        assert service.process is not None and service.process.poll() is None  # the same process
+        report.add(
+            "broker stopped and started",
+            events=len(events),
+            faults=1,
+            rows_checked=len(done),
+            note="same worker process reconnected and processed the events published after",
+        )
+    finally:
+        service.stop()
+        own.stop()
