@@ -73,6 +73,9 @@ class Metrics:
         self.partitions_assigned = Gauge(
             f"{PREFIX}_partitions_assigned", "Partitions this consumer owns", registry=r
         )
+        self.rebalances = Counter(
+            f"{PREFIX}_rebalances_total", "Partition assignments this consumer received", registry=r
+        )
         self.ready = Gauge(
             f"{PREFIX}_ready", "1 when every dependency answered the last readiness check", registry=r
         )

@@ -153,6 +153,18 @@ class MemoryService:
         log.info("auto_capture_changed", user_id=user_id, enabled=enabled)
         return enabled
 
+    async def extraction_model(self) -> str:
+        async with self._db.read() as uow:
+            return await uow.accounts.extraction_model()
+
+    async def set_extraction_model(self, value: str) -> str:
+        """Read by the next extraction: the handler looks the setting up for every event."""
+        async with self._db.transaction() as uow:
+            previous = await uow.accounts.extraction_model()
+            await uow.accounts.set_extraction_model(value, utcnow())
+            await uow.commit()
+        return previous
+
     async def projects(self, user_id: int) -> list[str]:
         async with self._db.read() as uow:
             keys = set(await uow.accounts.seen_projects(user_id)) | set(

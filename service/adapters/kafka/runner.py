@@ -239,6 +239,7 @@ class KeyOrderedRunner:
         if self._paused and assigned:
             self._consumer.pause(*assigned)
         self._metrics.partitions_assigned.set(len(self._consumer.assignment()))
+        self._metrics.rebalances.inc()
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]

@@ -9,8 +9,13 @@ from fastapi import APIRouter, Query
 
 from service.app.memories import MemoryService
 from service.core.events import BIGINT_MAX
-from service.entrypoints.http.api_models import HistoryItem, MemoryPage
-from service.entrypoints.http.auth import Reader
+from service.entrypoints.http.api_models import (
+    ExtractionModelSetting,
+    ExtractionModelView,
+    HistoryItem,
+    MemoryPage,
+)
+from service.entrypoints.http.auth import Admin, Reader
 from service.entrypoints.http.envelope import Envelope, error_responses, ok
 from service.entrypoints.http.memory_routes import MemoryId, PageParams, page_data
 
@@ -18,7 +23,7 @@ audit_log = structlog.get_logger("mao_memory.audit")
 TargetUser = Annotated[int, Query(alias="userId", ge=1, le=BIGINT_MAX)]
 
 
-def admin_router(service: MemoryService) -> APIRouter:
+def admin_router(service: MemoryService, default_model: str) -> APIRouter:
     router = APIRouter(
         prefix="/api/v1/admin/memory", tags=["admin"], responses=error_responses(400, 401, 403, 503)
     )
@@ -39,5 +44,25 @@ def admin_router(service: MemoryService) -> APIRouter:
             "admin_memory_history_read", caller=admin.user_id, user_id=user_id, memory_id=memory_id
         )
         return ok([HistoryItem.of(r) for r in await service.history(user_id, memory_id)])
+
+    @router.get("/settings", response_model=Envelope[ExtractionModelView])
+    async def get_model_setting(admin: Reader) -> dict[str, Any]:
+        """The extraction model (`memory.extractionModelId`, D10); needs `memory:read`."""
+        value = await service.extraction_model()
+        return ok({"extractionModelId": value, "effectiveModel": value or default_model})
+
+    @router.put("/settings", response_model=Envelope[ExtractionModelView], responses=error_responses(413))
+    async def put_model_setting(admin: Admin, body: ExtractionModelSetting) -> dict[str, Any]:
+        """Choose the extraction model, or "" for the default; needs `memory:admin`; audit-logged."""
+        previous = await service.set_extraction_model(body.extraction_model_id)
+        audit_log.info(
+            "admin_setting_changed",
+            caller=admin.user_id,
+            setting="memory.extractionModelId",
+            old=previous,
+            new=body.extraction_model_id,
+        )
+        value = body.extraction_model_id
+        return ok({"extractionModelId": value, "effectiveModel": value or default_model})
 
     return router

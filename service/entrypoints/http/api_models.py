@@ -76,6 +76,16 @@ class PatchMemory(CamelModel):
         return self
 
 
+class ExtractionModelSetting(CamelModel):
+    """D10: empty means MEMORY_DEFAULT_MODEL; otherwise a litellm model name."""
+
+    extraction_model_id: Annotated[str, Field(max_length=128, pattern=r"^$|^[A-Za-z0-9][A-Za-z0-9._:/@+-]*$")]
+
+
+class ExtractionModelView(ExtractionModelSetting):
+    effective_model: str
+
+
 class CaptureSetting(CamelModel):
     auto_capture_enabled: StrictBool
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from fastapi.staticfiles import StaticFiles
 
 from service.app.memories import MemoryService
 from service.entrypoints.http.admin_routes import admin_router
@@ -17,7 +19,25 @@ from service.entrypoints.http.memory_routes import memory_router
 from service.entrypoints.http.ops import Check, ops_router
 
 if TYPE_CHECKING:
+    from starlette.responses import Response
+    from starlette.types import Scope
+
     from service.bootstrap import Container
+
+CONSOLE_DIR = Path(__file__).resolve().parent / "console"
+
+
+class ConsoleFiles(StaticFiles):
+    """The console's static pages, with a policy that runs only the console's own script."""
+
+    async def get_response(self, path: str, scope: Scope) -> Response:
+        response = await super().get_response(path, scope)
+        response.headers["Content-Security-Policy"] = (
+            "default-src 'self'; script-src 'self'; style-src 'self'; object-src 'none'; "
+            "frame-ancestors 'none'"
+        )
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        return response
 
 
 def create_app(container: Container, include_api: bool, checks: dict[str, Check]) -> FastAPI:
@@ -36,8 +56,9 @@ def create_app(container: Container, include_api: bool, checks: dict[str, Check]
         app.state.authenticator = Authenticator(settings)
         service = MemoryService(container.db, container.capture, settings.robot_project_keys)
         app.include_router(memory_router(service))
-        app.include_router(admin_router(service))
+        app.include_router(admin_router(service, settings.default_model))
         app.include_router(internal_router(service, settings))
+        app.mount("/console", ConsoleFiles(directory=CONSOLE_DIR, html=True), name="console")
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
 

@@ -14,6 +14,7 @@ from service.core.events import BIGINT_MAX
 from service.entrypoints.http.envelope import ApiError
 
 READ_PERMISSION = "memory:read"
+ADMIN_PERMISSION = "memory:admin"
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +109,13 @@ async def audit_reader(request: Request) -> Caller:
     return caller
 
 
+async def settings_admin(request: Request) -> Caller:
+    """FastAPI dependency: a caller holding `memory:admin` (changes system settings)."""
+    caller = await current_caller(request)
+    require(caller, ADMIN_PERMISSION)
+    return caller
+
+
 async def internal_caller(request: Request) -> None:
     """FastAPI dependency: the harness, holding the internal token."""
     authenticator: Authenticator = request.app.state.authenticator
@@ -116,3 +124,4 @@ async def internal_caller(request: Request) -> None:
 
 Me = Annotated[Caller, Depends(current_caller)]
 Reader = Annotated[Caller, Depends(audit_reader)]
+Admin = Annotated[Caller, Depends(settings_admin)]

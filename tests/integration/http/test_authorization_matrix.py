@@ -19,7 +19,7 @@ class Endpoint:
     path: str  # {id} = the owner's memory, {user} = the owner's user id
     body: dict[str, object] | None = None
     item: bool = False  # addresses one memory: another user gets 404
-    admin: bool = False  # needs memory:read
+    admin: str | None = None  # the permission it needs
     internal: bool = False  # takes the internal token, not a JWT
 
     def __str__(self) -> str:
@@ -36,8 +36,10 @@ ENDPOINTS = [
     Endpoint("GET", "/api/v1/memory/settings"),
     Endpoint("PATCH", "/api/v1/memory/settings", {"autoCaptureEnabled": True}),
     Endpoint("GET", "/api/v1/memory/projects"),
-    Endpoint("GET", "/api/v1/admin/memory?userId={user}", admin=True),
-    Endpoint("GET", "/api/v1/admin/memory/{id}/history?userId={user}", admin=True),
+    Endpoint("GET", "/api/v1/admin/memory?userId={user}", admin="memory:read"),
+    Endpoint("GET", "/api/v1/admin/memory/{id}/history?userId={user}", admin="memory:read"),
+    Endpoint("GET", "/api/v1/admin/memory/settings", admin="memory:read"),
+    Endpoint("PUT", "/api/v1/admin/memory/settings", {"extractionModelId": ""}, admin="memory:admin"),
     Endpoint("GET", "/internal/v1/memory/injection?userId={user}", internal=True),
 ]
 
@@ -54,7 +56,7 @@ CREDENTIALS = [
 
 
 def headers_for(credential: str, owner: int, endpoint: Endpoint) -> dict[str, str]:
-    permissions = ["memory:read"] if endpoint.admin else []
+    permissions = [endpoint.admin] if endpoint.admin else []
     match credential:
         case "none":
             return {}
@@ -72,7 +74,8 @@ def headers_for(credential: str, owner: int, endpoint: Endpoint) -> dict[str, st
         case "other_user":
             return bearer(token(owner + 10**12, permissions))
         case "no_permission":
-            return bearer(token(owner, []))
+            # memory:read is not enough where memory:admin is needed
+            return bearer(token(owner, ["memory:read"] if endpoint.admin == "memory:admin" else []))
         case _:
             return internal_headers() if endpoint.internal else bearer(token(owner, permissions))
 
