@@ -6,6 +6,7 @@ import shutil
 from collections.abc import AsyncIterator
 
 import pytest
+from playwright import async_api as playwright_api
 
 from service.adapters.db.database import Database, utcnow
 from tests.e2e.conftest import JWT_SECRET
@@ -13,12 +14,17 @@ from tests.support.pool import seed
 from tests.support.processes import OUTPUT, ServiceProcess
 from tests.support.tokens import token
 
-playwright_api = pytest.importorskip("playwright.async_api")
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 SHOTS = OUTPUT / "screenshots"
 ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 
 
@@ -35,12 +41,13 @@ async def open_console(browser: object, service: ServiceProcess, request: pytest
     pages = []
 
     async def open_as(user_id: int, permissions: list[str] | None = None):  # type: ignore[no-untyped-def]
-        context = await browser.new_context()  # type: ignore[attr-defined]
+        # CSP bypassed for the test driver only; the escaping itself is what the XSS test checks.
+        context = await browser.new_context(bypass_csp=True)  # type: ignore[attr-defined]
         page = await context.new_page()
         page.on("dialog", lambda d: d.accept())  # the delete confirmation
         jwt = token(user_id, permissions, secret=JWT_SECRET)
         await page.goto(f"{service.base_url}/console/#token={jwt}")
-        await page.wait_for_selector("#memory-list")
+        await page.wait_for_function("document.getElementById('page-info').textContent.length > 0")
         pages.append(page)
         return page
 
@@ -111,7 +118,9 @@ async def test_auto_capture_switch_survives_a_reload(open_console, user_id: int)
     await page.wait_for_function("document.getElementById('auto-capture').checked === true")
 
 
-async def test_add_a_project_memory_through_the_dropdown(open_console, user_id: int, mysql_db: Database) -> None:  # type: ignore[no-untyped-def]
+async def test_add_a_project_memory_through_the_dropdown(
+    open_console, user_id: int, mysql_db: Database
+) -> None:  # type: ignore[no-untyped-def]
     async with mysql_db.transaction() as uow:
         await uow.accounts.remember_project(user_id, "mao", utcnow())
         await uow.commit()
@@ -126,7 +135,9 @@ async def test_add_a_project_memory_through_the_dropdown(open_console, user_id: 
     assert await row.locator(".project").text_content() == "项目: mao"
 
 
-async def test_audit_reads_another_user_with_memory_read_and_is_refused_without(open_console, user_id: int, mysql_db: Database) -> None:  # type: ignore[no-untyped-def]
+async def test_audit_reads_another_user_with_memory_read_and_is_refused_without(
+    open_console, user_id: int, mysql_db: Database
+) -> None:  # type: ignore[no-untyped-def]
     await seed(mysql_db, user_id + 1, "被审计用户的记忆")
     auditor = await open_console(user_id, ["memory:read"])
     await auditor.click("#nav-audit")
@@ -158,7 +169,7 @@ async def test_change_the_extraction_model(open_console, user_id: int, mysql_db:
 
 async def test_a_script_memory_renders_as_text_and_never_runs(open_console, user_id: int) -> None:  # type: ignore[no-untyped-def]
     page = await open_console(user_id)
-    hostile = "<script>window.__pwned = 1</script><img src=x onerror=\"window.__pwned = 2\">"
+    hostile = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
     await add_memory(page, "<script>window.__pwned = 1</script>")
     await page.click("#add-open")
     await page.fill("#add-content", hostile)

@@ -1,4 +1,4 @@
-"""`/api/v1/admin/memory/settings`: the extraction model of D10, read with memory:read, set with memory:admin."""
+"""`/api/v1/admin/memory/settings`: the D10 extraction model, read with memory:read, set with memory:admin."""
 
 from __future__ import annotations
 
@@ -17,11 +17,15 @@ from tests.support.scripted_llm import ScriptedLlm
 async def admin(http: httpx.AsyncClient) -> As:
     caller = As(http, 9, ["memory:read", "memory:admin"])
     yield caller
-    await caller.client.put("/api/v1/admin/memory/settings", headers=caller.headers, json={"extractionModelId": ""})
+    await caller.client.put(
+        "/api/v1/admin/memory/settings", headers=caller.headers, json={"extractionModelId": ""}
+    )
 
 
 async def put(admin: As, value: object) -> httpx.Response:
-    return await admin.client.put("/api/v1/admin/memory/settings", headers=admin.headers, json={"extractionModelId": value})
+    return await admin.client.put(
+        "/api/v1/admin/memory/settings", headers=admin.headers, json={"extractionModelId": value}
+    )
 
 
 async def test_empty_by_default_falls_back_to_the_default_model(admin: As) -> None:
@@ -39,7 +43,10 @@ async def test_a_chosen_model_is_used_by_the_next_extraction_without_restart(
     await handler.handle(make_event(user_id, 1, lastUserMessage=f"请记住 m{user_id} 这是足够长的一句话"))
     await put(admin, "")
     await handler.handle(make_event(user_id, 2, lastUserMessage=f"请记住 m{user_id} 这是足够长的一句话"))
-    assert [c.model for c in llm.calls(f"m{user_id}")] == ["admin-picked", DEFAULT_MODEL.removeprefix("openai/")]
+    assert [c.model for c in llm.calls(f"m{user_id}")] == [
+        "admin-picked",
+        DEFAULT_MODEL.removeprefix("openai/"),
+    ]
 
 
 @pytest.mark.parametrize("value", ["  ", "has space", "x" * 129, "-leading", 5, None, "a\nb"])
@@ -49,7 +56,9 @@ async def test_invalid_model_names_are_400(admin: As, value: object) -> None:
     assert (await admin.get("/api/v1/admin/memory/settings")).json()["data"]["extractionModelId"] == ""
 
 
-async def test_writing_needs_memory_admin_and_every_change_is_audited(http: httpx.AsyncClient, admin: As) -> None:
+async def test_writing_needs_memory_admin_and_every_change_is_audited(
+    http: httpx.AsyncClient, admin: As
+) -> None:
     reader = As(http, 8, ["memory:read"])
     refused = await reader.client.put(
         "/api/v1/admin/memory/settings", headers=reader.headers, json={"extractionModelId": "openai/x"}
