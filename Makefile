@@ -51,4 +51,5 @@ clean:
 ## Benchmarks: writes bench/results.json and bench/RESULTS.md (a few minutes; needs MariaDB).
 bench: install
 	scripts/ensure-mariadb
+	scripts/ensure-tools
 	$(BIN)/python -m bench.run
