@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 
 from fastapi import APIRouter
@@ -15,14 +16,28 @@ Check = Callable[[], Awaitable[bool]]
 CHECK_TIMEOUT_S = 2.0
 
 
+REFRESH_EVERY_S = 10.0
+
+
 def ops_router(metrics: Metrics, checks: dict[str, Check]) -> APIRouter:
     router = APIRouter(include_in_schema=False)
+    refreshing: set[asyncio.Task[dict[str, bool]]] = set()
+    last_refresh = [0.0]
 
     async def run_checks() -> dict[str, bool]:
+        last_refresh[0] = time.monotonic()
         results = await asyncio.gather(*(_run(check) for check in checks.values()))
         status = dict(zip(checks, results, strict=True))
         metrics.ready.set(1 if all(results) else 0)
         return status
+
+    def refresh_in_background() -> None:
+        """A scrape never waits for, nor repeats, the checks: at most one run per ten seconds."""
+        if refreshing or time.monotonic() - last_refresh[0] < REFRESH_EVERY_S:
+            return
+        task = asyncio.create_task(run_checks())
+        refreshing.add(task)
+        task.add_done_callback(refreshing.discard)
 
     @router.get("/healthz")
     async def healthz() -> dict[str, str]:
@@ -44,8 +59,8 @@ def ops_router(metrics: Metrics, checks: dict[str, Check]) -> APIRouter:
 
     @router.get("/metrics")
     async def scrape() -> Response:
-        """Each scrape refreshes `mao_memory_ready`, so the readiness alert needs no other prober."""
-        await run_checks()
+        """Scrapes keep `mao_memory_ready` fresh, so the readiness alert needs no other prober."""
+        refresh_in_background()
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return router
