@@ -16,18 +16,6 @@ from service.core.model import Group, MemoryRow, Scope, Source, Status
 t = memory_item
 
 
-def to_row(record: Any) -> MemoryRow:
-    return MemoryRow(
-        id=record.id,
-        scope=Scope(record.scope),
-        project_key=record.project_key,
-        content=record.content,
-        source=Source(record.source),
-        status=Status(record.status),
-        dedup_hash=record.dedup_hash,
-        updated_at=record.updated_at,
-    )
-
 
 def _groups_clause(project_key: str | None) -> sa.ColumnElement[bool]:
     user = sa.and_(t.c.scope == Scope.USER.value, t.c.project_key == "")
@@ -63,19 +51,11 @@ _INJECTION = (
 
 
 @dataclass(frozen=True, slots=True)
-class ItemRecord:
-    """A memory as the API shows it."""
+class ItemRecord(MemoryRow):
+    """A memory as the API shows it: the decision fields and where it came from."""
 
-    id: int
-    scope: Scope
-    project_key: str
-    content: str
-    source: Source
-    status: Status
-    dedup_hash: str
     origin_session_id: int | None
     created_at: datetime
-    updated_at: datetime
 
 
 def to_record(r: Any) -> ItemRecord:
@@ -137,7 +117,7 @@ class MemoryRepository:
                 _groups_clause(project_key),
             )
         )
-        return [to_row(r) for r in rows]
+        return [to_record(r) for r in rows]
 
     async def dismissed_contents(self, user_id: int, project_key: str | None, limit: int = 200) -> list[str]:
         rows = await self.conn.execute(
@@ -153,7 +133,7 @@ class MemoryRepository:
         if not wanted:
             return {}
         rows = await self.conn.execute(sa.select(t).where(t.c.user_id == user_id, t.c.dedup_hash.in_(wanted)))
-        return {r.dedup_hash: to_row(r) for r in rows}
+        return {r.dedup_hash: to_record(r) for r in rows}
 
     async def active_count(self, user_id: int) -> int:
         count = await self.conn.scalar(
