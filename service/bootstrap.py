@@ -193,6 +193,9 @@ async def serve_forever(settings: Settings, mode: Mode) -> None:
             lifespan="off",
             loop="none",
             http="httptools",
+            # Longer than clients' and load balancers' idle timeouts (httpx 5 s, ALB 60 s), so the
+            # server is never the side closing a connection a client is about to reuse.
+            timeout_keep_alive=75,
         )
     )
     http_task = asyncio.create_task(server.serve())
