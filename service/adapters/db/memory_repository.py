@@ -16,7 +16,6 @@ from service.core.model import Group, MemoryRow, Scope, Source, Status
 t = memory_item
 
 
-
 def _groups_clause(project_key: str | None) -> sa.ColumnElement[bool]:
     user = sa.and_(t.c.scope == Scope.USER.value, t.c.project_key == "")
     if not project_key:
