@@ -405,7 +405,7 @@ async def test_a_thousand_concurrent_requests_on_one_pool(
             events=0,
             faults=0,
             rows_checked=1000,
-            note="pool of 10+10 connections; every answer 200",
+            note="1,000 in flight over 250 sockets, one database pool of 10 + 10 connections; all 200",
         )
     finally:
         api.stop()
