@@ -70,7 +70,6 @@ class Container:
     embedded: EmbeddedBroker | None = None
     bootstrap: str | None = None
     runner: KeyOrderedRunner | None = None
-    processor: EventProcessor | None = None
     dead_letters: DeadLetterPublisher | None = None
     consolidator: Consolidator | None = None
     closers: list[object] = field(default_factory=list)
@@ -124,7 +123,7 @@ async def start_consumer(container: Container) -> None:
         llm_slots=asyncio.Semaphore(settings.max_in_flight),
     )
     container.consolidator = Consolidator(container.db, llm, container.metrics, thresholds(settings))
-    container.processor = EventProcessor(
+    processor = EventProcessor(
         handler, dead_letters, container.metrics, after_commit=container.consolidator.schedule
     )
     consumer = AIOKafkaConsumer(
@@ -141,7 +140,7 @@ async def start_consumer(container: Container) -> None:
     container.runner = KeyOrderedRunner(
         consumer,
         settings.kafka_topic,
-        container.processor,
+        processor,
         container.metrics,
         max_buffered=settings.max_in_flight * BUFFER_PER_SLOT,
         grace_s=settings.shutdown_grace_s,

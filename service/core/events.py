@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
@@ -69,6 +68,3 @@ def decode_event(value: bytes | None, max_bytes: int) -> TaskFinishedEvent | Und
             f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in errors[:5]
         )
         return Undecodable("schema", summary[:500])
-
-
-__all__ = ["BIGINT_MAX", "TaskFinishedEvent", "Undecodable", "datetime", "decode_event", "event_json_schema"]

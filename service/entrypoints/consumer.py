@@ -39,7 +39,6 @@ class EventProcessor:
         self._dead_letters = dead_letters
         self._metrics = metrics
         self._after_commit = after_commit
-        self.failing_since: float | None = None
 
     def try_fast(self, record: ConsumerRecord[bytes, bytes]) -> bool:
         """Finish a record synchronously when its outcome needs no I/O (most skips); True if finished."""
@@ -73,14 +72,11 @@ class EventProcessor:
         delay, bug_attempts = 0.5, 0
         while True:
             try:
-                result = await self._handler.handle(event)
-                self.failing_since = None
-                return result
+                return await self._handler.handle(event)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 if is_transient(exc):
-                    self.failing_since = self.failing_since or time.monotonic()
                     self._metrics.db_retries.inc()
                     log.warning("event_retry_transient", event_id=event.event_id, error=str(exc), delay=delay)
                 else:
