@@ -29,7 +29,9 @@ def _trimmed(limit: int) -> Any:
             raise ValueError(f"must be at most {limit} characters")
         return value
 
-    schema = {"type": "string", "minLength": 1, "maxLength": limit, "pattern": r"\S"}
+    # ECMA's \s lacks U+001C-U+001F and U+0085, which str.strip() removes; naming them keeps an
+    # all-separator string out of what the schema calls valid under either regex dialect.
+    schema = {"type": "string", "minLength": 1, "maxLength": limit, "pattern": r"[^\s\u001c-\u001f\u0085]"}
     return (AfterValidator(check), WithJsonSchema(schema))
 
 
