@@ -175,8 +175,8 @@ async def test_a_slow_model_call_never_stalls_other_sessions(
         service.stop()
 
 
-# Two runs of 2,000 model-bound events plus five restarts: on a loaded two-core machine this passes
-# the suite's 120 s cap while every wait inside it still bounds a real stall.
+# Two runs of 2,000 model-bound events plus five restarts take longer than the suite's 120 s cap on
+# a loaded two-core machine; every wait inside the test still bounds a real stall.
 @pytest.mark.timeout(420)
 async def test_sigkill_five_times_loses_nothing_and_applies_nothing_twice(
     mariadb: MariaDbDatabase,
