@@ -26,7 +26,7 @@ from service.app.caches import CaptureSwitch, ProjectRecorder
 from service.app.consolidation import Consolidator, thresholds
 from service.app.extraction import ExtractionHandler
 from service.config import Settings
-from service.entrypoints.consumer import EventProcessor
+from service.entrypoints.consumer import EventProcessor, Received
 from service.entrypoints.http.app import create_app
 from service.entrypoints.http.ops import Check
 
@@ -69,7 +69,7 @@ class Container:
     capture: CaptureSwitch
     embedded: EmbeddedBroker | None = None
     bootstrap: str | None = None
-    runner: KeyOrderedRunner | None = None
+    runner: KeyOrderedRunner[Received] | None = None
     dead_letters: DeadLetterPublisher | None = None
     consolidator: Consolidator | None = None
     closers: list[object] = field(default_factory=list)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from service.adapters.db.database import Database, utcnow
 
@@ -22,18 +22,29 @@ class CaptureSwitch:
         self._ttl_s = ttl_s
         self._clock = clock
         self._entries: dict[int, tuple[bool, float]] = {}
+        # Bumped by every invalidation: a read that started before one must not cache what it read.
+        self._generation = 0
 
     async def enabled(self, user_id: int) -> bool:
-        now = self._clock()
-        cached = self._entries.get(user_id)
-        if cached is not None and cached[1] > now:
-            return cached[0]
+        cached = self.cached(user_id)
+        if cached is not None:
+            return cached
+        generation = self._generation
         async with self._db.read() as uow:
             value = await uow.accounts.capture_enabled(user_id)
-        if len(self._entries) >= MAX_ENTRIES:
-            self._entries.clear()
-        self._entries[user_id] = (value, now + self._ttl_s)
+        self._store({user_id: value}, generation)
         return value
+
+    async def warm(self, user_ids: Iterable[int]) -> None:
+        """Fetch every user without a fresh entry in one round trip, so their events can skip at once."""
+        now = self._clock()
+        missing = {u for u in user_ids if (entry := self._entries.get(u)) is None or entry[1] <= now}
+        if not missing:
+            return
+        generation = self._generation
+        async with self._db.read() as uow:
+            values = await uow.accounts.capture_enabled_many(missing)
+        self._store(values, generation)
 
     def cached(self, user_id: int) -> bool | None:
         """The switch if a fresh entry is at hand, without I/O; None when a lookup is needed."""
@@ -43,7 +54,17 @@ class CaptureSwitch:
         return None
 
     def invalidate(self, user_id: int) -> None:
+        self._generation += 1
         self._entries.pop(user_id, None)
+
+    def _store(self, values: dict[int, bool], generation: int) -> None:
+        if generation != self._generation:
+            return
+        if len(self._entries) + len(values) > MAX_ENTRIES:
+            self._entries.clear()
+        expires = self._clock() + self._ttl_s
+        for user_id, value in values.items():
+            self._entries[user_id] = (value, expires)
 
 
 class ProjectRecorder:

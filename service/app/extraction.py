@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Protocol
@@ -19,7 +20,7 @@ from service.core.comparison_set import EMPTY, ComparisonSet, build_comparison_s
 from service.core.events import TaskFinishedEvent
 from service.core.extraction_answer import AnswerError, ParsedAnswer, parse_extraction_answer
 from service.core.extraction_prompt import build_extraction_messages
-from service.core.filters import Skip, static_skip
+from service.core.filters import Skip, input_skip, trigger_skip
 from service.core.model import Source, Status
 from service.core.persist_plan import Insert, Plan, PoolState, Touch, Update, candidate_hashes, decide
 
@@ -73,26 +74,39 @@ class ExtractionHandler:
         # MEMORY_MAX_IN_FLIGHT bounds concurrent model calls, not events: skips never queue behind them.
         self._llm_slots = llm_slots
 
+    async def warm(self, user_ids: Iterable[int]) -> None:
+        """Read the capture switch of a fetched batch's users at once: the skip path's only lookup."""
+        await self._capture.warm(user_ids)
+
     def outcome_without_io(self, event: TaskFinishedEvent) -> Outcome | None:
         """The skip path decided from the event and warm caches alone, or None when I/O is needed."""
         project_key = self._settings.valid_project_key(event.project_key)
         if project_key and not self._projects.known(event.user_id, project_key):
             return None
-        skip = static_skip(event)
+        skip = trigger_skip(event)
         if skip is not None:
             return Outcome(skip.value)
-        return Outcome.SKIPPED_CAPTURE_OFF if self._capture.cached(event.user_id) is False else None
+        capture = self._capture.cached(event.user_id)
+        if capture is None:
+            return None
+        if not capture:
+            return Outcome.SKIPPED_CAPTURE_OFF
+        skip = input_skip(event)
+        return Outcome(skip.value) if skip is not None else None
 
     async def handle(self, event: TaskFinishedEvent) -> tuple[Outcome, Extracted | None]:
         project_key = self._settings.valid_project_key(event.project_key)
         if project_key:
             # Events of every phase feed the project list, not only the ones that are extracted.
             await self._projects.remember(event.user_id, project_key)
-        skip = static_skip(event)
+        skip = trigger_skip(event)
         if skip is not None:
             return Outcome(skip.value), None
         if not await self._capture.enabled(event.user_id):
             return Outcome.SKIPPED_CAPTURE_OFF, None
+        skip = input_skip(event)
+        if skip is not None:
+            return Outcome(skip.value), None
 
         async with self._db.read() as uow:
             if await uow.accounts.is_processed(event.event_id):

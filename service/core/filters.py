@@ -20,12 +20,21 @@ class Skip(StrEnum):
     SHORT = "skipped_short"
 
 
-def static_skip(event: TaskFinishedEvent) -> Skip | None:
-    """Checks that need nothing but the event: D2 (COMPLETED only), D6 (main sessions), D8/D11."""
+def trigger_skip(event: TaskFinishedEvent) -> Skip | None:
+    """The trigger conditions the event alone decides: D2 (COMPLETED only), D6 (main sessions).
+
+    The capture switch (D9) comes next, then `input_skip`: seed 5.6's order, which also puts the
+    cached switch ahead of scanning the messages.
+    """
     if event.phase != "COMPLETED":
         return Skip.PHASE
     if event.session_type in EXCLUDED_SESSION_TYPES:
         return Skip.SESSION_TYPE
+    return None
+
+
+def input_skip(event: TaskFinishedEvent) -> Skip | None:
+    """D8 (both messages present) and D11 (a user message under 20 characters after normalization)."""
     user = normalize(event.last_user_message or "")
     assistant = normalize(event.last_assistant_message or "")
     if not assistant or len(user) < MIN_USER_MESSAGE_CHARS:

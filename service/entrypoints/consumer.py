@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import structlog
 from aiokafka import ConsumerRecord
@@ -13,16 +14,26 @@ from service.adapters.db.database import is_transient
 from service.adapters.kafka.dead_letters import DeadLetterPublisher
 from service.adapters.metrics import Metrics
 from service.app.extraction import Extracted, ExtractionHandler, Outcome
-from service.core.events import TaskFinishedEvent, decode_event
+from service.core.events import TaskFinishedEvent, Undecodable, decode_event
 
 log = structlog.get_logger(__name__)
 
 MAX_EVENT_BYTES = 1024 * 1024
 MAX_BUG_ATTEMPTS = 3
 MAX_BACKOFF_S = 30.0
+# The poll loop waits for the batch's cache warm-up at most this long; the slow path covers the rest.
+WARM_TIMEOUT_S = 1.0
 
 # Called once an extraction is committed; must return at once (consolidation runs in the background).
 AfterCommit = Callable[[Extracted], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Received:
+    """A record decoded once, when its batch was fetched."""
+
+    record: ConsumerRecord[bytes, bytes]
+    event: TaskFinishedEvent | Undecodable
 
 
 class EventProcessor:
@@ -40,20 +51,31 @@ class EventProcessor:
         self._metrics = metrics
         self._after_commit = after_commit
 
-    def try_fast(self, record: ConsumerRecord[bytes, bytes]) -> bool:
-        """Finish a record synchronously when its outcome needs no I/O (most skips); True if finished."""
-        decoded = decode_event(record.value, MAX_EVENT_BYTES)
-        if not isinstance(decoded, TaskFinishedEvent):
+    async def prepare(self, records: list[ConsumerRecord[bytes, bytes]]) -> list[Received]:
+        """Decode a fetched batch and read its users' capture switches in one round trip."""
+        received = [Received(record, decode_event(record.value, MAX_EVENT_BYTES)) for record in records]
+        users = {r.event.user_id for r in received if isinstance(r.event, TaskFinishedEvent)}
+        try:
+            async with asyncio.timeout(WARM_TIMEOUT_S):
+                await self._handler.warm(users)
+        except Exception as exc:
+            # Only an optimisation failed: the events take the slow path, which waits out outages.
+            log.warning("capture_warm_failed", error=f"{type(exc).__name__}: {exc}")
+        return received
+
+    def try_fast(self, received: Received) -> bool:
+        """Finish an event synchronously when its outcome needs no I/O (most skips); True if finished."""
+        if not isinstance(received.event, TaskFinishedEvent):
             return False
-        outcome = self._handler.outcome_without_io(decoded)
+        outcome = self._handler.outcome_without_io(received.event)
         if outcome is None:
             return False
         self._metrics.events.labels(outcome.value).inc()
         return True
 
-    async def __call__(self, record: ConsumerRecord[bytes, bytes]) -> None:
+    async def __call__(self, received: Received) -> None:
         started = time.perf_counter()
-        decoded = decode_event(record.value, MAX_EVENT_BYTES)
+        record, decoded = received.record, received.event
         if isinstance(decoded, TaskFinishedEvent):
             outcome, extracted = await self._handle(record, decoded)
         else:

@@ -34,14 +34,16 @@ HandlerFactory = Callable[..., ExtractionHandler]
 
 @pytest.fixture
 def make_handler(llm: ScriptedLlm, llm_client: LlmClient, metrics: Metrics) -> HandlerFactory:
-    def build(db: Database, llm: LlmClient | None = None, **overrides: Any) -> ExtractionHandler:
+    def build(
+        db: Database, llm: LlmClient | None = None, capture: CaptureSwitch | None = None, **overrides: Any
+    ) -> ExtractionHandler:
         settings = Settings(_env_file=None, default_model=DEFAULT_MODEL, capture_cache_ttl_s=0, **overrides)  # type: ignore[call-arg]
         return ExtractionHandler(
             db,
             llm or llm_client,
             metrics,
             settings,
-            CaptureSwitch(db, 0),
+            capture or CaptureSwitch(db, 0),
             ProjectRecorder(db),
             llm_slots=asyncio.Semaphore(8),
         )

@@ -15,6 +15,7 @@ from service.adapters.metrics import Metrics
 from tests.support.processes import TansuBroker
 
 KEYS, PER_KEY = 40, 10
+Record = ConsumerRecord[bytes, bytes]
 
 
 async def produce(bootstrap: str, topic: str) -> None:
@@ -54,6 +55,9 @@ class Recorder:
             await original(offsets)
 
         consumer.commit = audited_commit  # type: ignore[method-assign]
+
+    async def prepare(self, records: list[Record]) -> list[Record]:
+        return records
 
     def try_fast(self, record: ConsumerRecord[bytes, bytes]) -> bool:
         return False

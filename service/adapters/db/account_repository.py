@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
 
 import sqlalchemy as sa
@@ -18,6 +19,9 @@ from service.adapters.db.tables import (
     user_memory_preference,
 )
 
+# Bound parameters per IN list: well inside SQLite's and MySQL's limits.
+IN_LIST_CHUNK = 500
+
 
 class AccountRepository:
     def __init__(self, conn: AsyncConnection) -> None:
@@ -31,6 +35,19 @@ class AccountRepository:
             )
         )
         return bool(value)
+
+    async def capture_enabled_many(self, user_ids: Collection[int]) -> dict[int, bool]:
+        """The switch of every user in one round trip; users without a row are off (D9)."""
+        found: dict[int, bool] = dict.fromkeys(user_ids, False)
+        ids = sorted(found)
+        t = user_memory_preference
+        for start in range(0, len(ids), IN_LIST_CHUNK):
+            chunk = ids[start : start + IN_LIST_CHUNK]
+            rows = await self.conn.execute(
+                sa.select(t.c.user_id, t.c.auto_capture_enabled).where(t.c.user_id.in_(chunk))
+            )
+            found.update((user_id, bool(enabled)) for user_id, enabled in rows)
+        return found
 
     async def set_capture(self, user_id: int, enabled: bool, now: datetime) -> None:
         await upsert(

@@ -4,7 +4,8 @@ FastStream's acknowledgement policies either commit past unfinished messages or 
 message in a hot loop, so this loop owns the consumer: events of one key (sessionId) run strictly in
 order, different keys run concurrently, and each partition is committed only up to its first
 unfinished offset. The loop knows nothing about memories; it calls `process(record)`, which returns
-once the record's effects are committed (or dead-lettered).
+once the record's effects are committed (or dead-lettered). Each fetched batch goes through
+`prepare` first, so the processor decodes it once and warms its caches in one round trip.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import contextlib
 import time
 from collections import deque
 from collections.abc import Hashable
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeAlias, TypeVar
 
 import structlog
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
@@ -28,29 +29,36 @@ from service.adapters.metrics import Metrics
 log = structlog.get_logger(__name__)
 
 
-class Process(Protocol):
-    def try_fast(self, record: ConsumerRecord[bytes, bytes]) -> bool:
-        """Finish the record without I/O if possible; True when it is done."""
-
-    async def __call__(self, record: ConsumerRecord[bytes, bytes]) -> None:
-        """Return once the record's effects are committed; never raise for a bad record."""
+Item = TypeVar("Item")
+Record: TypeAlias = ConsumerRecord[bytes, bytes]
 
 
-class _Chain:
+class Process(Protocol[Item]):
+    async def prepare(self, records: list[Record], /) -> list[Item]:
+        """One item per record, in order; never raise (a failed warm-up leaves work to `__call__`)."""
+
+    def try_fast(self, item: Item, /) -> bool:
+        """Finish the item without I/O if possible; True when it is done."""
+
+    async def __call__(self, item: Item, /) -> None:
+        """Return once the item's effects are committed; never raise for a bad record."""
+
+
+class _Chain(Generic[Item]):
     """The queued records of one key and the task draining them in order."""
 
     def __init__(self, partition: TopicPartition) -> None:
         self.partition = partition
-        self.records: deque[ConsumerRecord[bytes, bytes]] = deque()
+        self.queued: deque[tuple[int, Item]] = deque()  # (offset, item)
         self.task: asyncio.Task[None] | None = None
 
 
-class KeyOrderedRunner:
+class KeyOrderedRunner(Generic[Item]):
     def __init__(
         self,
         consumer: AIOKafkaConsumer,
         topic: str,
-        process: Process,
+        process: Process[Item],
         metrics: Metrics,
         max_buffered: int,
         grace_s: float,
@@ -63,13 +71,14 @@ class KeyOrderedRunner:
         self._max_buffered = max_buffered
         self._grace_s = grace_s
         self._commit_interval_s = commit_interval_s
-        self._chains: dict[Hashable, _Chain] = {}
+        self._chains: dict[Hashable, _Chain[Item]] = {}
         self._offsets: dict[TopicPartition, PartitionOffsets] = {}
         self._committed: dict[TopicPartition, int] = {}
         self._buffered = 0
         self._room = asyncio.Event()
         self._paused = False
         self._last_commit = 0.0
+        self._revocations = 0
 
     @property
     def buffered(self) -> int:
@@ -102,11 +111,18 @@ class KeyOrderedRunner:
             log.warning("kafka_fetch_failed", error=str(exc))
             await asyncio.sleep(1.0)
             return
-        for tp, records in batch.items():
-            for record in records:
-                self._take(tp, record)
+        fetched = [(tp, record) for tp, records in batch.items() for record in records]
+        if not fetched:
+            return
+        revocations = self._revocations
+        items = await self._process.prepare([record for _tp, record in fetched])
+        if self._revocations != revocations:
+            # A rebalance ran meanwhile: each assigned partition is fetched again from its commit point.
+            return
+        for (tp, record), item in zip(fetched, items, strict=True):
+            self._take(tp, record, item)
 
-    def _take(self, tp: TopicPartition, record: ConsumerRecord[bytes, bytes]) -> None:
+    def _take(self, tp: TopicPartition, record: Record, item: Item) -> None:
         offsets = self._offsets.get(tp)
         if offsets is None:
             offsets = self._offsets[tp] = PartitionOffsets()
@@ -114,7 +130,7 @@ class KeyOrderedRunner:
         # No key means no session to order by; the partition's own order is kept instead.
         key: Hashable = record.key if record.key is not None else ("partition", tp.partition)
         chain = self._chains.get(key)
-        if chain is None and self._process.try_fast(record):
+        if chain is None and self._process.try_fast(item):
             # Nothing of this key is pending, so finishing now keeps the key's order; skips never
             # wait behind model calls of other sessions, nor take a task.
             offsets.finish(record.offset)
@@ -123,32 +139,32 @@ class KeyOrderedRunner:
         self._metrics.in_flight.set(self._buffered)
         if chain is None:
             chain = self._chains[key] = _Chain(tp)
-        chain.records.append(record)
+        chain.queued.append((record.offset, item))
         if chain.task is None:
             chain.task = asyncio.create_task(self._drain(key, chain))
 
-    async def _drain(self, key: Hashable, chain: _Chain) -> None:
+    async def _drain(self, key: Hashable, chain: _Chain[Item]) -> None:
         try:
-            while chain.records:
-                record = chain.records[0]
-                await self._process_until_done(record)
-                chain.records.popleft()
-                self._finish(chain.partition, record.offset)
+            while chain.queued:
+                offset, item = chain.queued[0]
+                await self._process_until_done(offset, item)
+                chain.queued.popleft()
+                self._finish(chain.partition, offset)
         finally:
             if self._chains.get(key) is chain:
                 del self._chains[key]
 
-    async def _process_until_done(self, record: ConsumerRecord[bytes, bytes]) -> None:
+    async def _process_until_done(self, offset: int, item: Item) -> None:
         """`process` handles its own failures; anything that escapes is retried, never skipped."""
         delay = 0.5
         while True:
             try:
-                await self._process(record)
+                await self._process(item)
                 return
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log.exception("record_processing_crashed", partition=record.partition, offset=record.offset)
+                log.exception("record_processing_crashed", offset=offset)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 30.0)
 
@@ -217,11 +233,11 @@ class KeyOrderedRunner:
             for task in pending:
                 task.cancel()
             if pending:
-                log.warning("in_flight_abandoned", records=sum(len(c.records) for c in chains))
+                log.warning("in_flight_abandoned", records=sum(len(c.queued) for c in chains))
                 await asyncio.gather(*pending, return_exceptions=True)
         await self._commit(force=True, only=partitions)
         for chain in chains:
-            self._buffered -= len(chain.records)
+            self._buffered -= len(chain.queued)
         self._metrics.in_flight.set(self._buffered)
         for tp in list(self._offsets) if partitions is None else partitions:
             self._offsets.pop(tp, None)
@@ -232,6 +248,7 @@ class KeyOrderedRunner:
         await self._settle(None)
 
     async def on_revoked(self, revoked: set[TopicPartition]) -> None:
+        self._revocations += 1
         self._metrics.partitions_assigned.set(0)
         await self._settle(revoked)
 
@@ -243,7 +260,7 @@ class KeyOrderedRunner:
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
-    def __init__(self, runner: KeyOrderedRunner) -> None:
+    def __init__(self, runner: KeyOrderedRunner[Any]) -> None:
         self._runner = runner
 
     async def on_partitions_revoked(self, revoked: Any) -> None:

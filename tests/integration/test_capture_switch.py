@@ -1,0 +1,132 @@
+"""The capture-switch cache that keeps the skip path free of a round trip per event."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import cast
+
+from aiokafka import ConsumerRecord
+
+from service.adapters.db.database import Database, UnitOfWork
+from service.adapters.db.engine import build_engine
+from service.adapters.kafka.dead_letters import DeadLetterPublisher
+from service.adapters.metrics import Metrics
+from service.app.caches import CaptureSwitch
+from service.app.extraction import Outcome
+from service.entrypoints.consumer import EventProcessor
+from tests.integration.conftest import HandlerFactory, make_event
+from tests.support.pool import set_capture
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_a_warm_up_reads_a_batch_of_users_and_no_row_means_off(any_db: Database, user_id: int) -> None:
+    on, off, unset = user_id, user_id + 1, user_id + 2
+    await set_capture(any_db, on, True)
+    await set_capture(any_db, off, False)
+    clock = Clock()
+    switch = CaptureSwitch(any_db, ttl_s=5, clock=clock)
+
+    await switch.warm([on, off, unset, on])
+
+    assert [switch.cached(u) for u in (on, off, unset)] == [True, False, False]
+    await set_capture(any_db, on, False)
+    assert switch.cached(on) is True  # served from the cache until the TTL runs out
+    clock.now += 5
+    assert switch.cached(on) is None
+    await switch.warm([on])
+    assert switch.cached(on) is False
+
+
+async def test_a_warm_up_larger_than_one_in_list(any_db: Database, user_id: int) -> None:
+    users = list(range(user_id, user_id + 1201))
+    for u in users[::3]:
+        await set_capture(any_db, u, True)
+    switch = CaptureSwitch(any_db, ttl_s=60)
+
+    await switch.warm(users)
+
+    assert [switch.cached(u) for u in users] == [(u - user_id) % 3 == 0 for u in users]
+
+
+class PausedReads:
+    """Holds each read open after its rows arrive, so a test can act between the read and the caching."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self.read_done = asyncio.Event()
+        self.release = asyncio.Event()
+
+    @asynccontextmanager
+    async def read(self) -> AsyncIterator[UnitOfWork]:
+        async with self._db.read() as uow:
+            yield uow
+        self.read_done.set()
+        await self.release.wait()
+
+
+async def test_an_invalidation_during_a_read_keeps_a_stale_answer_out(any_db: Database, user_id: int) -> None:
+    paused = PausedReads(any_db)
+    switch = CaptureSwitch(cast(Database, paused), ttl_s=60)
+    for lookup in (lambda: switch.enabled(user_id), lambda: switch.warm([user_id])):
+        await set_capture(any_db, user_id, False)
+        paused.read_done.clear()
+        paused.release.clear()
+        task = asyncio.create_task(lookup())
+        await paused.read_done.wait()
+        await set_capture(any_db, user_id, True)  # a PATCH lands while the lookup is in flight
+        switch.invalidate(user_id)
+        paused.release.set()
+        await task
+
+        assert switch.cached(user_id) is None
+        switch.invalidate(user_id)
+
+
+async def test_warm_users_skip_without_io_in_seed_order(
+    any_db: Database, make_handler: HandlerFactory, user_id: int
+) -> None:
+    on, off, unknown = user_id, user_id + 1, user_id + 2
+    await set_capture(any_db, on, True)
+    handler = make_handler(any_db, capture=CaptureSwitch(any_db, ttl_s=60))
+    await handler.warm([on, off])
+
+    assert handler.outcome_without_io(make_event(off)) is Outcome.SKIPPED_CAPTURE_OFF
+    # The switch is a trigger condition (seed 5.6): an off user's short message counts as capture-off.
+    short = make_event(off, lastUserMessage="好的", lastAssistantMessage=None)
+    assert handler.outcome_without_io(short) is Outcome.SKIPPED_CAPTURE_OFF
+    assert handler.outcome_without_io(make_event(on, lastUserMessage="好的")) is Outcome.SKIPPED_SHORT
+    assert handler.outcome_without_io(make_event(on)) is None  # needs the ledger and the model
+    assert handler.outcome_without_io(make_event(unknown)) is None  # needs a lookup
+    assert handler.outcome_without_io(make_event(unknown, phase="FAILED")) is Outcome.SKIPPED_PHASE
+
+
+async def test_a_failed_warm_up_still_hands_over_the_decoded_batch(make_handler: HandlerFactory) -> None:
+    unreachable = Database(build_engine("mysql+aiomysql://root@127.0.0.1:1/none", pool_size=1))
+    processor = EventProcessor(
+        make_handler(unreachable), cast(DeadLetterPublisher, None), Metrics(), after_commit=None
+    )
+    event = make_event(7)
+    good = event.model_dump_json(by_alias=True).encode()
+    records = [record(0, good), record(1, b"{not json")]
+    try:
+        received = await processor.prepare(records)
+    finally:
+        await unreachable.dispose()
+
+    assert [r.record for r in received] == records
+    assert received[0].event == event
+    assert getattr(received[1].event, "reason", None) == "invalid_json"
+    assert processor.try_fast(received[0]) is False  # no switch known: the slow path decides
+
+
+def record(offset: int, value: bytes) -> ConsumerRecord[bytes, bytes]:
+    return ConsumerRecord("t", 0, offset, 0, 0, b"1", value, None, 0, len(value), ())
