@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 from dataclasses import dataclass, field
@@ -202,7 +203,10 @@ async def serve_forever(settings: Settings, mode: Mode) -> None:
     try:
         if mode is not Mode.API:
             await start_consumer(container)
-            assert container.runner is not None
+        # Everything imported and built so far lives as long as the process: leave it out of every
+        # later collection, which would otherwise rescan litellm's and pydantic's module graphs.
+        gc.freeze()
+        if container.runner is not None:
             consumer_task = asyncio.create_task(container.runner.run(stop))
         log.info(
             "service_started", mode=mode.value, http_port=settings.http_port, bootstrap=container.bootstrap

@@ -84,14 +84,11 @@ class ExtractionHandler:
         if project_key and not self._projects.known(event.user_id, project_key):
             return None
         skip = trigger_skip(event)
-        if skip is not None:
-            return Outcome(skip.value)
-        capture = self._capture.cached(event.user_id)
-        if capture is None:
-            return None
-        if not capture:
-            return Outcome.SKIPPED_CAPTURE_OFF
-        skip = input_skip(event)
+        if skip is None:
+            capture = self._capture.cached(event.user_id)
+            if capture is None:
+                return None
+            skip = input_skip(event) if capture else Skip.CAPTURE_OFF
         return Outcome(skip.value) if skip is not None else None
 
     async def handle(self, event: TaskFinishedEvent) -> tuple[Outcome, Extracted | None]:
@@ -99,12 +96,10 @@ class ExtractionHandler:
         if project_key:
             # Events of every phase feed the project list, not only the ones that are extracted.
             await self._projects.remember(event.user_id, project_key)
+        # Seed 5.6's order: the trigger conditions (D2, D6, the switch of D9), then the inputs (D8, D11).
         skip = trigger_skip(event)
-        if skip is not None:
-            return Outcome(skip.value), None
-        if not await self._capture.enabled(event.user_id):
-            return Outcome.SKIPPED_CAPTURE_OFF, None
-        skip = input_skip(event)
+        if skip is None:
+            skip = input_skip(event) if await self._capture.enabled(event.user_id) else Skip.CAPTURE_OFF
         if skip is not None:
             return Outcome(skip.value), None
 

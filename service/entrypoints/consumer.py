@@ -50,6 +50,8 @@ class EventProcessor:
         self._dead_letters = dead_letters
         self._metrics = metrics
         self._after_commit = after_commit
+        # Bound once: resolving a label per event costs the skip path more than counting does.
+        self._outcomes = {outcome: metrics.events.labels(outcome.value) for outcome in Outcome}
 
     async def prepare(self, records: list[ConsumerRecord[bytes, bytes]]) -> list[Received]:
         """Decode a fetched batch and read its users' capture switches in one round trip."""
@@ -70,7 +72,7 @@ class EventProcessor:
         outcome = self._handler.outcome_without_io(received.event)
         if outcome is None:
             return False
-        self._metrics.events.labels(outcome.value).inc()
+        self._outcomes[outcome].inc()
         return True
 
     async def __call__(self, received: Received) -> None:
@@ -81,7 +83,7 @@ class EventProcessor:
         else:
             await self._dead_letter(record, decoded.reason, decoded.detail)
             outcome, extracted = Outcome.DEAD_LETTERED, None
-        self._metrics.events.labels(outcome.value).inc()
+        self._outcomes[outcome].inc()
         path = "llm" if outcome in {Outcome.EXTRACTED, Outcome.FAILED} else "skip"
         self._metrics.processing_latency.labels(path).observe(time.perf_counter() - started)
         if extracted is not None and extracted.inserted and self._after_commit is not None:
