@@ -12,6 +12,7 @@ import platform
 import random
 import statistics
 import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -29,6 +30,8 @@ from tests.support.processes import MYSQL_HOST, MYSQL_PORT, MariaDbDatabase, Ser
 from tests.support.scripted_llm import ScriptedLlm
 
 HERE = Path(__file__).resolve().parent
+# A name in litellm's cost map, as a production model is: an unknown name costs litellm extra lookups.
+MODEL = "openai/gpt-4o-mini"
 RAW_WINDOW = (
     "SELECT id, scope, project_key, content FROM memory_item WHERE user_id=%s AND scope=%s "
     "AND project_key=%s AND status='ACTIVE' ORDER BY updated_at DESC, id DESC LIMIT %s"
@@ -72,7 +75,7 @@ class Bench:
             "MEMORY_KAFKA_PARTITIONS": "12",
             "MEMORY_LLM_API_BASE": self.llm.api_base,
             "MEMORY_LLM_API_KEY": "bench",
-            "MEMORY_DEFAULT_MODEL": "openai/bench",
+            "MEMORY_DEFAULT_MODEL": MODEL,
             "MEMORY_MAX_IN_FLIGHT": str(IN_FLIGHT),
             "MEMORY_LOG_LEVEL": "WARNING",
             "MEMORY_JWT_SECRET": "bench-secret-bench-secret-bench-secret-0123",
@@ -172,6 +175,7 @@ class Bench:
                 await wait_assigned(procs, 12)
                 asyncio.get_running_loop().create_task(self.publish(topic, publish))
             first_at, first_count, last_at, count = None, 0.0, 0.0, 0.0
+            first_cpu, first_machine = 0.0, (0.0, 0.0)
             deadline = time.monotonic() + 600
             async with httpx.AsyncClient() as client:
                 while count < total and time.monotonic() < deadline:
@@ -179,9 +183,12 @@ class Bench:
                     now = time.perf_counter()
                     if count > 0 and first_at is None:
                         first_at, first_count = now, count
+                        first_cpu, first_machine = sum(map(process_cpu_s, procs)), machine_cpu_s()
                     last_at = now
                     await asyncio.sleep(SCRAPE_INTERVAL_S)
             assert first_at is not None and count >= total, f"only {count}/{total} events processed"
+            cpu = sum(map(process_cpu_s, procs)) - first_cpu
+            busy, elapsed = (b - a for a, b in zip(first_machine, machine_cpu_s(), strict=True))
             rss = [peak_rss_mib(p) for p in procs]
         finally:
             for p in procs:
@@ -189,8 +196,22 @@ class Bench:
         return {
             "workers": workers,
             "events_per_s": (count - first_count) / max(last_at - first_at, 1e-9),
+            "worker_cpu_ms_per_event": round(cpu * 1000 / max(count - first_count, 1), 2),
+            "machine_cpu_busy": round(busy / max(elapsed, 1e-9), 2),
             "peak_rss_mib": max(rss),
         }
+
+    def litellm_probe(self) -> dict[str, Any]:
+        """litellm's CPU per call in a process of its own, against this run's model server, no delay."""
+        self.llm.reset()
+        out = subprocess.run(  # noqa: S603 - fixed arguments
+            [sys.executable, "-m", "bench.litellm_probe", self.llm.api_base, MODEL, "1000", str(IN_FLIGHT)],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=HERE.parent,
+        ).stdout
+        return dict(json.loads(out.splitlines()[-1]))
 
     # -- case 3 ------------------------------------------------------------------------------------
     async def injection(self) -> dict[str, Any]:
@@ -324,6 +345,20 @@ async def scrape_gauge(client: httpx.AsyncClient, process: ServiceProcess, metri
     return next((float(line.split()[1]) for line in text.splitlines() if line.startswith(metric + " ")), 0.0)
 
 
+def process_cpu_s(process: ServiceProcess) -> float:
+    """User and system CPU of the process, all its threads."""
+    assert process.process is not None
+    fields = Path(f"/proc/{process.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_cpu_s() -> tuple[float, float]:
+    """(busy, total) CPU seconds of every core since boot: busy/total over a window is the machine's load."""
+    ticks = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:9]]
+    idle = ticks[3] + ticks[4]
+    return (sum(ticks) - idle) / os.sysconf("SC_CLK_TCK"), sum(ticks) / os.sysconf("SC_CLK_TCK")
+
+
 def peak_rss_mib(process: ServiceProcess) -> float:
     assert process.process is not None
     status = Path(f"/proc/{process.process.pid}/status").read_text()
@@ -428,6 +463,19 @@ def write_reports(results: dict[str, Any]) -> None:
         ),
     ]
     m = results["machine"]
+    probe = c["litellm_probe"]
+    cpu_notes = [
+        "CPU behind cases 2 and 5 (same run):",
+        f"- one worker spent {llm1['worker_cpu_ms_per_event']} ms of CPU per extracted event, the machine's "
+        f"{m['cores']} cores were {llm1['machine_cpu_busy']:.0%} busy; one core allows at most "
+        f"{1000 / llm1['worker_cpu_ms_per_event']:.0f} events/s, the ideal of case 2 needs "
+        f"≤ {1000 / llm1['ideal_events_per_s']:.1f} ms per event;",
+        f"- litellm alone, through the service's client at {probe['concurrency']} concurrent calls, spent "
+        f"{probe['cpu_ms_per_call']} ms of CPU per call;",
+        f"- three workers spent {llm3['worker_cpu_ms_per_event']} ms per event with the cores "
+        f"{llm3['machine_cpu_busy']:.0%} busy.",
+        "",
+    ]
     lines = [
         "# Benchmark results",
         "",
@@ -438,6 +486,7 @@ def write_reports(results: dict[str, Any]) -> None:
         "|---|---|---|---|---|",
         *[f"| {a} | {b} | {c_} | {d} | {'yes' if e else 'no'} |" for a, b, c_, d, e in rows],
         "",
+        *cpu_notes,
     ]
     (HERE / "RESULTS.md").write_text("\n".join(lines))
 
@@ -452,6 +501,8 @@ async def main() -> None:
         print("extraction x1", cases["extraction_1_worker"], flush=True)
         cases["extraction_3_workers"] = await bench.extraction(workers=3)
         print("extraction x3", cases["extraction_3_workers"], flush=True)
+        cases["litellm_probe"] = bench.litellm_probe()
+        print("litellm probe", cases["litellm_probe"], flush=True)
         cases["injection"] = await bench.injection()
         print("injection", cases["injection"], flush=True)
         bench.results["cases"] = cases
