@@ -104,9 +104,10 @@ class ExtractionHandler:
             return Outcome(skip.value), None
 
         async with self._db.read() as uow:
-            if await uow.accounts.is_processed(event.event_id):
+            processed, configured = await uow.accounts.processed_and_model(event.event_id)
+            if processed:
                 return Outcome.SKIPPED_DUPLICATE_EVENT, None
-            model = await uow.accounts.extraction_model() or self._settings.default_model
+            model = configured or self._settings.default_model
             existing = await self._comparison_set(uow, event.user_id, project_key)
 
         messages = build_extraction_messages(

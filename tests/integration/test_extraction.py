@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from service.adapters.db.database import Database, utcnow
 from service.app.extraction import Outcome
 from service.core.model import Group, Scope, Source, Status
 from tests.integration.conftest import DEFAULT_MODEL, HandlerFactory, make_event
-from tests.support.pool import history, items, ledger, seed, set_capture
+from tests.support.pool import history, items, ledger, ledger_of_user, seed, set_capture
 from tests.support.scripted_llm import ScriptedLlm
 
 
@@ -138,6 +140,23 @@ async def test_a_processed_event_id_is_applied_once(
 
     assert len(llm.calls(f"m{user_id}")) == 1
     assert [h["action"] for h in await history(any_db, user_id)] == ["insert"]
+
+
+async def test_a_redelivery_racing_the_first_delivery_is_applied_once(
+    any_db: Database, make_handler: HandlerFactory, llm: ScriptedLlm, user_id: int
+) -> None:
+    """Both pass the ledger read before either writes; the ledger insert under the lock decides."""
+    await set_capture(any_db, user_id)
+    llm.script(f"m{user_id}", [{"type": "user", "content": "报告用中文写"}], delay_s=0.3)
+    event = make_event(user_id, lastUserMessage=said(f"m{user_id}"))
+    handler = make_handler(any_db)
+
+    outcomes = await asyncio.gather(handler.handle(event), handler.handle(event))
+
+    assert sorted(o for o, _ in outcomes) == sorted([Outcome.EXTRACTED, Outcome.SKIPPED_DUPLICATE_EVENT])
+    assert len(llm.calls(f"m{user_id}")) == 2
+    assert [h["action"] for h in await history(any_db, user_id)] == ["insert"]
+    assert len(await ledger_of_user(any_db, user_id)) == 1
 
 
 @pytest.mark.parametrize(

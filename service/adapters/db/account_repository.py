@@ -70,27 +70,40 @@ class AccountRepository:
         )
         return [r.project_key for r in rows]
 
-    async def is_processed(self, event_id: str) -> bool:
-        found = await self.conn.scalar(
-            sa.select(memory_event_ledger.c.event_id).where(memory_event_ledger.c.event_id == event_id)
-        )
-        return found is not None
+    async def processed_and_model(self, event_id: str) -> tuple[bool, str]:
+        """Whether the ledger holds the event, and the configured extraction model, in one round trip."""
+        ledger, setting = memory_event_ledger, memory_system_setting
+        row = (
+            await self.conn.execute(
+                sa.select(
+                    sa.exists().where(ledger.c.event_id == event_id).label("processed"),
+                    sa.select(setting.c.value)
+                    .where(setting.c.setting_key == EXTRACTION_MODEL_SETTING)
+                    .scalar_subquery()
+                    .label("model"),
+                )
+            )
+        ).one()
+        return bool(row.processed), (row.model or "").strip()
 
     async def mark_processed(
         self, event_id: str, user_id: int, session_id: int, outcome: str, now: datetime
     ) -> bool:
-        """False when the event id is already in the ledger: the caller must roll back its effects."""
+        """False when the event id is already in the ledger: the caller must roll back its effects.
+
+        No savepoint: both dialects undo only the failed statement, and the caller then rolls back
+        the whole transaction anyway, so a savepoint would cost two round trips for nothing.
+        """
         try:
-            async with self.conn.begin_nested():
-                await self.conn.execute(
-                    memory_event_ledger.insert().values(
-                        event_id=event_id,
-                        user_id=user_id,
-                        session_id=session_id,
-                        outcome=outcome,
-                        processed_at=now,
-                    )
+            await self.conn.execute(
+                memory_event_ledger.insert().values(
+                    event_id=event_id,
+                    user_id=user_id,
+                    session_id=session_id,
+                    outcome=outcome,
+                    processed_at=now,
                 )
+            )
         except IntegrityError:
             return False
         return True
