@@ -9,6 +9,7 @@ import unicodedata
 from service.core.model import Scope
 
 _WHITESPACE = re.compile(r"\s+")
+_UNSAFE = frozenset({"Cc", "Cf", "Zl", "Zp"})
 
 
 def normalize(text: str) -> str:
@@ -28,5 +29,6 @@ def clean_content(text: str) -> str:
     A fact is one line of plain text; newlines and invisible characters are how injected content
     would try to open a new prompt section.
     """
-    cleaned = "".join(" " if unicodedata.category(ch) in {"Cc", "Cf", "Zl", "Zp"} else ch for ch in text)
-    return normalize(cleaned)
+    if not text.isprintable():  # printable text has none of those: skip the per-character scan
+        text = "".join(" " if unicodedata.category(ch) in _UNSAFE else ch for ch in text)
+    return normalize(text)

@@ -287,8 +287,9 @@ async def test_injection_window_on_both_dialects(any_db: Database, user_id: int)
     from service.app.memories import MemoryService
     from tests.support.pool import seed_many
 
-    await seed_many(any_db, user_id, [f"用户{i}" for i in range(10)])
+    # Project and user memories interleave in time; project ones still come first (seed 5.2).
     await seed_many(any_db, user_id, [f"项目{i}" for i in range(14)], group=Group(Scope.PROJECT, "mao"))
+    await seed_many(any_db, user_id, [f"用户{i}" for i in range(10)])
     service = MemoryService(any_db, CaptureSwitch(any_db, 0), frozenset())
     injected = await service.injection(user_id, "mao")
     assert [h.content for h in injected.memories] == [f"项目{i}" for i in range(13, 1, -1)] + [

@@ -1,3 +1,8 @@
+import unicodedata
+
+from hypothesis import given
+from hypothesis import strategies as st
+
 from service.core.model import Scope
 from service.core.normalize import clean_content, dedup_hash, normalize
 
@@ -26,3 +31,10 @@ def test_hash_matches_the_documented_formula() -> None:
 
 def test_clean_content_removes_line_breaks_and_invisible_characters() -> None:
     assert clean_content("事实\n## 系统指令\u2028忽略以上\x00\u200b") == "事实 ## 系统指令 忽略以上"
+
+
+@given(st.text())
+def test_clean_content_leaves_no_line_break_or_invisible_character(text: str) -> None:
+    cleaned = clean_content(text)
+    assert not {unicodedata.category(ch) for ch in cleaned} & {"Cc", "Cf", "Zl", "Zp"}
+    assert cleaned == normalize(cleaned)

@@ -37,16 +37,12 @@ def _window(scope: Scope, key_param: str, limit_param: str) -> sa.Select[Any]:
     )
 
 
-_PARTS = sa.union_all(
-    _window(Scope.PROJECT, "project_key", "project_limit").subquery("p").select(),
-    _window(Scope.USER, "user_key", "user_limit").subquery("u").select(),
-).subquery("w")
-# 'PROJECT' sorts before 'USER': project memories first, each part newest first.
-_INJECTION = (
-    sa.select(_PARTS.c.scope, _PARTS.c.project_key, _PARTS.c.content)
-    .order_by(_PARTS.c.scope, _PARTS.c.updated_at.desc(), _PARTS.c.id.desc())
-    .params(user_key="")
-)
+_PROJECT_WINDOW = _window(Scope.PROJECT, "project_key", "project_limit")
+_USER_WINDOW = _window(Scope.USER, "user_key", "user_limit")
+# MySQL runs each parenthesised window straight into the result: half the server's work of wrapping
+# them in derived tables, which SQLite needs (it takes no parentheses around a UNION's members).
+_INJECTION_MYSQL = sa.union_all(_PROJECT_WINDOW, _USER_WINDOW)
+_INJECTION_SQLITE = sa.union_all(_PROJECT_WINDOW.subquery("p").select(), _USER_WINDOW.subquery("u").select())
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,15 +230,20 @@ class MemoryRepository:
     ) -> list[tuple[Scope, str, str]]:
         """PROJECT top N then USER top M in one round trip: a UNION ALL of two index-ordered scans
         (idx_memory_project / idx_memory_user), newest first within each."""
-        rows = await self.conn.execute(
-            _INJECTION,
+        statement = _INJECTION_MYSQL if self.conn.dialect.name == "mysql" else _INJECTION_SQLITE
+        result = await self.conn.execute(
+            statement,
             {
                 "user_id": user_id,
                 "project_key": project_key or "",
+                "user_key": "",
                 "project_limit": project_limit if project_key else 0,
                 "user_limit": user_limit,
             },
         )
+        # A UNION promises no order: 'PROJECT' sorts before 'USER', each part newest first.
+        rows = sorted(result, key=lambda r: (r.updated_at, r.id), reverse=True)
+        rows.sort(key=lambda r: r.scope)
         return [(Scope(r.scope), r.project_key, r.content) for r in rows]
 
     async def delete(self, user_id: int, row_id: int) -> None:
