@@ -44,7 +44,7 @@ LLM_LATENCY_S = 0.2
 IN_FLIGHT = 64
 INJECT_USERS = int(os.environ.get("BENCH_INJECT_USERS", "10000"))
 INJECT_PER_USER = 50
-INJECT_CLIENTS, INJECT_REQUESTS = 50, 20_000  # about as long as the 15 s wrk run
+INJECT_CLIENTS, INJECT_REQUESTS = 50, 20_000  # seconds of load, not a one-second burst
 
 
 class Bench:
