@@ -21,6 +21,8 @@ from service.adapters.db.tables import (
 
 # Bound parameters per IN list: well inside SQLite's and MySQL's limits.
 IN_LIST_CHUNK = 500
+# Built once: the statement's cache key is then computed once, not on every event.
+_INSERT_LEDGER = memory_event_ledger.insert()
 
 
 class AccountRepository:
@@ -96,13 +98,14 @@ class AccountRepository:
         """
         try:
             await self.conn.execute(
-                memory_event_ledger.insert().values(
-                    event_id=event_id,
-                    user_id=user_id,
-                    session_id=session_id,
-                    outcome=outcome,
-                    processed_at=now,
-                )
+                _INSERT_LEDGER,
+                {
+                    "event_id": event_id,
+                    "user_id": user_id,
+                    "session_id": session_id,
+                    "outcome": outcome,
+                    "processed_at": now,
+                },
             )
         except IntegrityError:
             return False

@@ -16,11 +16,43 @@ from service.core.model import Group, MemoryRow, Scope, Source, Status
 t = memory_item
 
 
-def _groups_clause(project_key: str | None) -> sa.ColumnElement[bool]:
+# The extraction path's statements are built once: building one per call, and computing its cache
+# key, cost more CPU than the driver's round trip. A project key arrives as the `project_key` param.
+def _groups_clause(with_project: bool) -> sa.ColumnElement[bool]:
     user = sa.and_(t.c.scope == Scope.USER.value, t.c.project_key == "")
-    if not project_key:
+    if not with_project:
         return user
-    return sa.or_(user, sa.and_(t.c.scope == Scope.PROJECT.value, t.c.project_key == project_key))
+    project = sa.and_(t.c.scope == Scope.PROJECT.value, t.c.project_key == sa.bindparam("project_key"))
+    return sa.or_(user, project)
+
+
+_USER_ID: sa.BindParameter[int] = sa.bindparam("user_id")
+_AUTO_ACTIVE = {
+    with_project: sa.select(t).where(
+        t.c.user_id == _USER_ID,
+        t.c.status == Status.ACTIVE.value,
+        t.c.source == Source.AUTO.value,
+        _groups_clause(with_project),
+    )
+    for with_project in (False, True)
+}
+_DISMISSED = {
+    with_project: sa.select(t.c.content)
+    .where(t.c.user_id == _USER_ID, t.c.status == Status.DISMISSED.value, _groups_clause(with_project))
+    .order_by(t.c.updated_at.desc(), t.c.id.desc())
+    .limit(sa.bindparam("limit", type_=sa.Integer))
+    for with_project in (False, True)
+}
+_BY_HASHES = sa.select(t).where(
+    t.c.user_id == _USER_ID, t.c.dedup_hash.in_(sa.bindparam("hashes", expanding=True))
+)
+_ACTIVE_COUNT = (
+    sa.select(sa.func.count())
+    .select_from(t)
+    .where(t.c.user_id == _USER_ID, t.c.status == Status.ACTIVE.value)
+)
+_INSERT_ITEM = t.insert()
+_INSERT_HISTORY = memory_history.insert()
 
 
 def _window(scope: Scope, key_param: str, limit_param: str) -> sa.Select[Any]:
@@ -105,21 +137,13 @@ class MemoryRepository:
     async def auto_active_in_groups(self, user_id: int, project_key: str | None) -> list[MemoryRow]:
         """The rows D13 may show the model and D14 may demote: AUTO, ACTIVE, USER or this project."""
         rows = await self.conn.execute(
-            sa.select(t).where(
-                t.c.user_id == user_id,
-                t.c.status == Status.ACTIVE.value,
-                t.c.source == Source.AUTO.value,
-                _groups_clause(project_key),
-            )
+            _AUTO_ACTIVE[bool(project_key)], {"user_id": user_id, "project_key": project_key}
         )
         return [to_record(r) for r in rows]
 
     async def dismissed_contents(self, user_id: int, project_key: str | None, limit: int = 200) -> list[str]:
         rows = await self.conn.execute(
-            sa.select(t.c.content)
-            .where(t.c.user_id == user_id, t.c.status == Status.DISMISSED.value, _groups_clause(project_key))
-            .order_by(t.c.updated_at.desc(), t.c.id.desc())
-            .limit(limit)
+            _DISMISSED[bool(project_key)], {"user_id": user_id, "project_key": project_key, "limit": limit}
         )
         return [r.content for r in rows]
 
@@ -127,15 +151,11 @@ class MemoryRepository:
         wanted = sorted(set(hashes))
         if not wanted:
             return {}
-        rows = await self.conn.execute(sa.select(t).where(t.c.user_id == user_id, t.c.dedup_hash.in_(wanted)))
+        rows = await self.conn.execute(_BY_HASHES, {"user_id": user_id, "hashes": wanted})
         return {r.dedup_hash: to_record(r) for r in rows}
 
     async def active_count(self, user_id: int) -> int:
-        count = await self.conn.scalar(
-            sa.select(sa.func.count())
-            .select_from(t)
-            .where(t.c.user_id == user_id, t.c.status == Status.ACTIVE.value)
-        )
+        count = await self.conn.scalar(_ACTIVE_COUNT, {"user_id": user_id})
         return int(count or 0)
 
     async def active_in_group(self, user_id: int, group: Group) -> int:
@@ -162,18 +182,19 @@ class MemoryRepository:
         now: datetime,
     ) -> int:
         result = await self.conn.execute(
-            t.insert().values(
-                user_id=user_id,
-                scope=group.scope.value,
-                project_key=group.project_key,
-                content=content,
-                source=source.value,
-                status=Status.ACTIVE.value,
-                dedup_hash=digest,
-                origin_session_id=origin_session_id,
-                created_at=now,
-                updated_at=now,
-            )
+            _INSERT_ITEM,
+            {
+                "user_id": user_id,
+                "scope": group.scope.value,
+                "project_key": group.project_key,
+                "content": content,
+                "source": source.value,
+                "status": Status.ACTIVE.value,
+                "dedup_hash": digest,
+                "origin_session_id": origin_session_id,
+                "created_at": now,
+                "updated_at": now,
+            },
         )
         key = result.inserted_primary_key
         assert key is not None
@@ -266,16 +287,17 @@ class MemoryRepository:
 
     async def record(self, user_id: int, memory_id: int, entry: HistoryEntry, now: datetime) -> None:
         await self.conn.execute(
-            memory_history.insert().values(
-                memory_id=memory_id,
-                user_id=user_id,
-                action=entry.action,
-                actor=entry.actor,
-                old_content=entry.old_content,
-                new_content=entry.new_content,
-                event_id=entry.event_id,
-                session_id=entry.session_id,
-                model=entry.model,
-                created_at=now,
-            )
+            _INSERT_HISTORY,
+            {
+                "memory_id": memory_id,
+                "user_id": user_id,
+                "action": entry.action,
+                "actor": entry.actor,
+                "old_content": entry.old_content,
+                "new_content": entry.new_content,
+                "event_id": entry.event_id,
+                "session_id": entry.session_id,
+                "model": entry.model,
+                "created_at": now,
+            },
         )
