@@ -3,9 +3,9 @@
 FastStream's acknowledgement policies either commit past unfinished messages or redeliver a poison
 message in a hot loop, so this loop owns the consumer: events of one key (sessionId) run strictly in
 order, different keys run concurrently, and each partition is committed only up to its first
-unfinished offset. The loop knows nothing about memories; it calls `process(record)`, which returns
-once the record's effects are committed (or dead-lettered). Each fetched batch goes through
-`prepare` first, so the processor decodes it once and warms its caches in one round trip.
+unfinished offset. The loop knows nothing about memories: `process.prepare` turns each fetched batch
+into items (decoded once, caches warmed in one round trip), and `process(item)` returns once the
+item's effects are committed (or dead-lettered).
 """
 
 from __future__ import annotations
@@ -147,14 +147,14 @@ class KeyOrderedRunner(Generic[Item]):
         try:
             while chain.queued:
                 offset, item = chain.queued[0]
-                await self._process_until_done(offset, item)
+                await self._process_until_done(chain.partition, offset, item)
                 chain.queued.popleft()
                 self._finish(chain.partition, offset)
         finally:
             if self._chains.get(key) is chain:
                 del self._chains[key]
 
-    async def _process_until_done(self, offset: int, item: Item) -> None:
+    async def _process_until_done(self, tp: TopicPartition, offset: int, item: Item) -> None:
         """`process` handles its own failures; anything that escapes is retried, never skipped."""
         delay = 0.5
         while True:
@@ -164,7 +164,7 @@ class KeyOrderedRunner(Generic[Item]):
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log.exception("record_processing_crashed", offset=offset)
+                log.exception("record_processing_crashed", partition=tp.partition, offset=offset)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 30.0)
 
