@@ -121,7 +121,7 @@ async def start_consumer(container: Container) -> None:
         settings,
         container.capture,
         ProjectRecorder(container.db),
-        llm_slots=asyncio.Semaphore(settings.max_in_flight),
+        extraction_slots=asyncio.Semaphore(settings.max_in_flight),
     )
     container.consolidator = Consolidator(container.db, llm, container.metrics, thresholds(settings))
     processor = EventProcessor(

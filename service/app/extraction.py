@@ -63,7 +63,7 @@ class ExtractionHandler:
         settings: Settings,
         capture: CaptureSwitch,
         projects: ProjectRecorder,
-        llm_slots: asyncio.Semaphore,
+        extraction_slots: asyncio.Semaphore,
     ) -> None:
         self._db = db
         self._llm = llm
@@ -71,8 +71,10 @@ class ExtractionHandler:
         self._settings = settings
         self._capture = capture
         self._projects = projects
-        # MEMORY_MAX_IN_FLIGHT bounds concurrent model calls, not events: skips never queue behind them.
-        self._llm_slots = llm_slots
+        # MEMORY_MAX_IN_FLIGHT bounds the events between their filters and their commit: their
+        # database work as well as their model call, so a burst queues here, not on the connection
+        # pool. Skips never take a slot, so they never queue behind model calls.
+        self._extraction_slots = extraction_slots
 
     async def warm(self, user_ids: Iterable[int]) -> None:
         """Read the capture switch of a fetched batch's users at once: the skip path's only lookup."""
@@ -102,7 +104,12 @@ class ExtractionHandler:
             skip = input_skip(event) if await self._capture.enabled(event.user_id) else Skip.CAPTURE_OFF
         if skip is not None:
             return Outcome(skip.value), None
+        async with self._extraction_slots:
+            return await self._extract(event, project_key)
 
+    async def _extract(
+        self, event: TaskFinishedEvent, project_key: str | None
+    ) -> tuple[Outcome, Extracted | None]:
         async with self._db.read() as uow:
             processed, configured = await uow.accounts.processed_and_model(event.event_id)
             if processed:
@@ -114,8 +121,7 @@ class ExtractionHandler:
             event.last_user_message or "", event.last_assistant_message or "", project_key, existing
         )
         try:
-            async with self._llm_slots:
-                answer = await self._llm.complete("extraction", model, messages)
+            answer = await self._llm.complete("extraction", model, messages)
         except LlmError as exc:
             log.warning("extraction_llm_failed", event_id=event.event_id, kind=exc.kind, error=str(exc))
             recorded = await self._persist(event, project_key, model, existing, None)

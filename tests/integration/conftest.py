@@ -35,7 +35,11 @@ HandlerFactory = Callable[..., ExtractionHandler]
 @pytest.fixture
 def make_handler(llm: ScriptedLlm, llm_client: LlmClient, metrics: Metrics) -> HandlerFactory:
     def build(
-        db: Database, llm: LlmClient | None = None, capture: CaptureSwitch | None = None, **overrides: Any
+        db: Database,
+        llm: LlmClient | None = None,
+        capture: CaptureSwitch | None = None,
+        slots: int = 8,
+        **overrides: Any,
     ) -> ExtractionHandler:
         settings = Settings(_env_file=None, default_model=DEFAULT_MODEL, capture_cache_ttl_s=0, **overrides)  # type: ignore[call-arg]
         return ExtractionHandler(
@@ -45,7 +49,7 @@ def make_handler(llm: ScriptedLlm, llm_client: LlmClient, metrics: Metrics) -> H
             settings,
             capture or CaptureSwitch(db, 0),
             ProjectRecorder(db),
-            llm_slots=asyncio.Semaphore(8),
+            extraction_slots=asyncio.Semaphore(slots),
         )
 
     return build

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any, cast
 
 import pytest
 
-from service.adapters.db.database import Database, utcnow
+from service.adapters.db.database import Database, UnitOfWork, utcnow
+from service.app.caches import CaptureSwitch
 from service.app.extraction import Outcome
 from service.core.model import Group, Scope, Source, Status
 from tests.integration.conftest import DEFAULT_MODEL, HandlerFactory, make_event
@@ -157,6 +161,48 @@ async def test_a_redelivery_racing_the_first_delivery_is_applied_once(
     assert len(llm.calls(f"m{user_id}")) == 2
     assert [h["action"] for h in await history(any_db, user_id)] == ["insert"]
     assert len(await ledger_of_user(any_db, user_id)) == 1
+
+
+class CountedReads:
+    """The database with its concurrent read rounds counted."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self.active = self.most = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._db, name)
+
+    @asynccontextmanager
+    async def read(self) -> AsyncIterator[UnitOfWork]:
+        self.active += 1
+        self.most = max(self.most, self.active)
+        try:
+            async with self._db.read() as uow:
+                yield uow
+        finally:
+            self.active -= 1
+
+
+async def test_the_in_flight_bound_covers_database_work_as_well_as_the_model_call(
+    mysql_db: Database, make_handler: HandlerFactory, llm: ScriptedLlm, user_id: int
+) -> None:
+    """A burst queues for a slot, not on the connection pool."""
+    users = [user_id + i for i in range(6)]
+    for u in users:
+        await set_capture(mysql_db, u)
+        llm.script(f"m{u}", [{"type": "user", "content": f"事实{u}"}], delay_s=0.2)
+    counted = CountedReads(mysql_db)
+    handler = make_handler(cast(Database, counted), capture=CaptureSwitch(mysql_db, 0), slots=2)
+
+    outcomes = await asyncio.gather(
+        *(handler.handle(make_event(u, lastUserMessage=said(f"m{u}"))) for u in users)
+    )
+
+    assert [o for o, _ in outcomes] == [Outcome.EXTRACTED] * 6
+    assert counted.most <= 2
+    calls = sorted(r.at for u in users for r in llm.calls(f"m{u}"))
+    assert all(later - earlier >= 0.15 for earlier, later in zip(calls, calls[2:], strict=False))
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
+class _Server(ThreadingHTTPServer):
+    # socketserver listens with a backlog of 5: a burst of new connections from several clients
+    # overflows it, and each dropped SYN costs the client 1 s, 3 s, 7 s... before it retries.
+    request_queue_size = 1024
+
+
 @dataclass
 class Rule:
     marker: str
@@ -51,7 +57,7 @@ class ScriptedLlm:
         self.default_delay_s = 0.0
         # Answers requests no rule matches: a function of the request, for streams of many events.
         self.responder: Callable[[Request], str | None] | None = None
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._server = _Server(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
