@@ -19,6 +19,7 @@ from service.core.consolidation import (
     RunResult,
     Thresholds,
     affected_groups,
+    below_every_threshold,
     build_consolidation_messages,
     parse_plan,
     should_run,
@@ -50,6 +51,9 @@ class Consolidator:
 
     def schedule(self, extracted: Extracted) -> None:
         """Fire and forget: the event is already committed and never waits for, or fails with, this."""
+        if below_every_threshold(extracted.active_after, self._limits):
+            self._metrics.consolidations.labels(RunResult.SKIPPED_THRESHOLD.value).inc()
+            return
         if extracted.user_id in self._running:
             return
         task = asyncio.create_task(self._guarded(extracted))

@@ -52,6 +52,7 @@ class Extracted:
     project_key: str | None
     model: str
     inserted: int
+    active_after: int  # the user's ACTIVE rows when the extraction committed
 
 
 class ExtractionHandler:
@@ -137,7 +138,9 @@ class ExtractionHandler:
         )
         if plan is None:
             return Outcome.SKIPPED_DUPLICATE_EVENT, None
-        return Outcome.EXTRACTED, Extracted(event.user_id, project_key, model, plan.inserted)
+        return Outcome.EXTRACTED, Extracted(
+            event.user_id, project_key, model, plan.inserted, plan.active_after
+        )
 
     async def _comparison_set(self, uow: UnitOfWork, user_id: int, project_key: str | None) -> ComparisonSet:
         """10.1: a failing comparison query degrades to exact hashing; it never blocks extraction."""

@@ -40,6 +40,12 @@ def affected_groups(project_key: str | None) -> list[Group]:
     return [USER_GROUP, *([Group(Scope.PROJECT, project_key)] if project_key else [])]
 
 
+def below_every_threshold(active_total: int, limits: Thresholds) -> bool:
+    """No group can be over its target, nor the total over its own, when the total is at most the
+    smallest of them: 10.3's threshold condition fails without counting each group."""
+    return active_total <= min(limits.active_total, limits.user_target, limits.project_target)
+
+
 def should_run(
     inserted: int,
     active_total: int,

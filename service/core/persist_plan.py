@@ -82,6 +82,7 @@ class PoolState:
 class Plan:
     ops: list[Op] = field(default_factory=list)
     results: list[Result] = field(default_factory=list)
+    active_after: int = 0  # the user's ACTIVE rows once the ops are applied
 
     @property
     def inserted(self) -> int:
@@ -148,6 +149,7 @@ class _Planner:
                 else:
                     result = self._update(row_id, group, candidate.content)
             self.plan.results.append(result)
+        self.plan.active_after = self.active
         return self.plan
 
     def _resolve(self, alias: object, group: Group, existing: ComparisonSet) -> int | None:

@@ -17,7 +17,7 @@ from service.adapters.metrics import Metrics
 from service.app.consolidation import Consolidator
 from service.app.extraction import Extracted
 from service.core.consolidation import RunResult, Thresholds
-from service.core.model import Group, Scope, Source, Status
+from service.core.model import MAX_ACTIVE_PER_USER, Group, Scope, Source, Status
 from tests.support.pool import history, items, seed, seed_many
 from tests.support.processes import MYSQL_HOST, MYSQL_PORT, OUTPUT, MariaDbDatabase
 from tests.support.scripted_llm import ScriptedLlm
@@ -32,7 +32,7 @@ def consolidator(mysql_db: Database, llm_client: LlmClient, metrics: Metrics) ->
 
 
 def extracted(user_id: int, project_key: str | None = None, inserted: int = 1) -> Extracted:
-    return Extracted(user_id=user_id, project_key=project_key, model=MODEL, inserted=inserted)
+    return Extracted(user_id, project_key, MODEL, inserted, active_after=MAX_ACTIVE_PER_USER)
 
 
 async def pool(db: Database, user_id: int, marker: str, count: int = 40) -> list[int]:
@@ -225,3 +225,27 @@ async def test_a_pool_of_200_paraphrase_pairs_is_merged_in_one_call(
     (OUTPUT / "consolidation.txt").write_text(
         f"rows_before=200 rows_after={len(after)} llm_calls={calls} elapsed_s={elapsed:.3f}\n"
     )
+
+
+async def test_a_pool_within_every_threshold_is_not_even_counted(
+    metrics: Metrics, llm_client: LlmClient
+) -> None:
+    """schedule() decides from the count the extraction committed; only a larger pool is queried."""
+    unreachable = Database(build_engine("mysql+aiomysql://root@127.0.0.1:1/none", pool_size=1))
+    consolidator = Consolidator(unreachable, llm_client, metrics, Thresholds())
+
+    def count(result: RunResult) -> float:
+        value = metrics.registry.get_sample_value("mao_memory_consolidations_total", {"result": result.value})
+        return value or 0.0
+
+    skipped, crashed = count(RunResult.SKIPPED_THRESHOLD), count(RunResult.ABANDONED_ERROR)
+    try:
+        consolidator.schedule(Extracted(7, None, MODEL, inserted=1, active_after=30))
+        await consolidator.close(5)
+        assert count(RunResult.SKIPPED_THRESHOLD) == skipped + 1
+        assert count(RunResult.ABANDONED_ERROR) == crashed
+        consolidator.schedule(Extracted(7, None, MODEL, inserted=1, active_after=31))
+        await consolidator.close(5)
+        assert count(RunResult.ABANDONED_ERROR) == crashed + 1  # it went to the (unreachable) database
+    finally:
+        await unreachable.dispose()

@@ -9,7 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.core.consolidation import InvalidPlan, RunResult, Thresholds, parse_plan, should_run
+from service.core.consolidation import (
+    InvalidPlan,
+    RunResult,
+    Thresholds,
+    below_every_threshold,
+    parse_plan,
+    should_run,
+)
 from service.core.model import USER_GROUP, Group, Scope
 
 NOW = datetime(2026, 12, 2, 12, 0)
@@ -30,6 +37,12 @@ def test_no_new_candidate_no_run() -> None:
 
 def test_under_every_threshold_no_run() -> None:
     assert should_run(3, 150, {USER_GROUP: 30, MAO: 60}, None, NOW, LIMITS) is RunResult.SKIPPED_THRESHOLD
+
+
+def test_a_total_within_the_smallest_threshold_needs_no_group_counts() -> None:
+    assert below_every_threshold(30, LIMITS) and not below_every_threshold(31, LIMITS)
+    small_total = Thresholds(active_total=20)
+    assert below_every_threshold(20, small_total) and not below_every_threshold(21, small_total)
 
 
 def test_within_the_cooldown_no_run() -> None:

@@ -57,6 +57,7 @@ def test_new_fact_is_inserted() -> None:
     plan = decide([insert("用中文写报告")], comparison([]), None, state([]))
     assert plan.results == [Result.INSERTED]
     assert plan.ops == [Insert(USER_GROUP, "用中文写报告", dedup_hash(Scope.USER, "", "用中文写报告"))]
+    assert plan.active_after == 1
 
 
 def test_exact_hash_hit_on_active_row_is_a_touch() -> None:
@@ -136,6 +137,7 @@ def test_at_the_cap_the_oldest_auto_row_of_the_group_is_demoted() -> None:
     plan = decide([insert("全新事实")], comparison(rows, "mao"), "mao", state(rows, active_count=200))
     assert plan.ops[0] == Demote(1, "旧") and isinstance(plan.ops[1], Insert)
     assert plan.results == [Result.INSERTED]
+    assert plan.active_after == 200
 
 
 def test_at_the_cap_with_only_manual_rows_in_the_group_the_insert_is_dropped() -> None:
