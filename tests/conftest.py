@@ -95,6 +95,11 @@ async def eventually(
     return value
 
 
+def said(marker: str) -> str:
+    """A user message long enough to reach the model, carrying a marker the scripted model matches."""
+    return f"请记住这个长期偏好({marker}):以后所有的报告都用中文来写。"
+
+
 def event_payload(user_id: int, session_id: int, **overrides: Any) -> dict[str, Any]:
     base: dict[str, Any] = {
         "eventId": f"evt-{user_id}-{session_id}-{random.randrange(10**12)}",

@@ -9,15 +9,11 @@ from aiokafka import AIOKafkaProducer
 
 from service.adapters.db.database import Database
 from service.core.model import Status
-from tests.conftest import event_payload, eventually
+from tests.conftest import event_payload, eventually, said
 from tests.e2e.conftest import Topics, publish, read_topic
 from tests.support.pool import items, ledger, seed, set_capture
 from tests.support.processes import ServiceProcess, TansuBroker
 from tests.support.scripted_llm import ScriptedLlm
-
-
-def said(marker: str) -> str:
-    return f"请记住这个长期偏好({marker}):以后所有的报告都用中文来写。"
 
 
 async def test_completed_event_becomes_a_memory_and_a_repeat_touches_it(

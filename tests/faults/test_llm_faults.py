@@ -10,6 +10,7 @@ from service.adapters.db.database import Database
 from service.adapters.llm_client import LlmClient
 from service.adapters.metrics import Metrics
 from service.app.extraction import Outcome
+from tests.conftest import said
 from tests.faults.conftest import Report
 from tests.integration.conftest import HandlerFactory, make_event
 from tests.support.pool import items, ledger, set_capture
@@ -17,10 +18,6 @@ from tests.support.processes import free_port
 from tests.support.scripted_llm import ScriptedLlm
 
 GOOD = [{"type": "user", "content": "故障之后仍然记住的事实"}]
-
-
-def said(marker: str) -> str:
-    return f"请记住这个长期偏好({marker}):以后所有的报告都用中文来写。"
 
 
 async def extract(

@@ -13,13 +13,10 @@ from service.adapters.db.database import Database, UnitOfWork, utcnow
 from service.app.caches import CaptureSwitch
 from service.app.extraction import Outcome
 from service.core.model import Group, Scope, Source, Status
+from tests.conftest import said
 from tests.integration.conftest import DEFAULT_MODEL, HandlerFactory, make_event
 from tests.support.pool import history, items, ledger, ledger_of_user, seed, set_capture
 from tests.support.scripted_llm import ScriptedLlm
-
-
-def said(marker: str) -> str:
-    return f"请记住这个长期偏好({marker}):以后所有的报告都用中文来写。"
 
 
 async def test_new_fact_is_inserted_with_its_origin_and_history(
