@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    disable_created_metrics,
+)
 
 PREFIX = "mao_memory"
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -14,6 +21,9 @@ class Metrics:
         disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = registry or CollectorRegistry()
         r = self.registry
+        # process_cpu_seconds_total and friends: a worker is CPU-bound long before its in-flight bound
+        # fills, so CPU per extracted event is the figure that sizes a deployment.
+        ProcessCollector(registry=r)
         self.events = Counter(
             f"{PREFIX}_events_total", "task.finished events consumed, by outcome", ["outcome"], registry=r
         )

@@ -12,7 +12,7 @@ import yaml
 from tests.support.processes import ServiceProcess
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
-METRIC = re.compile(r"\bmao_memory_[a-z_]+\b")
+METRIC = re.compile(r"\b(?:mao_memory|process)_[a-z_]+\b")
 SUFFIXES = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"], "gauge": [""]}
 
 
@@ -21,10 +21,11 @@ def exported(service: ServiceProcess) -> tuple[set[str], set[str]]:
     text = httpx.get(f"{service.base_url}/metrics", timeout=5).text
     names, families = set(), set()
     for line in text.splitlines():
-        if line.startswith("# TYPE mao_memory_"):
+        if line.startswith("# TYPE "):
             _, _, family, kind = line.split()
             base = family.removesuffix("_total") if kind == "counter" else family
-            families.add(base)
+            if base.startswith("mao_memory_"):
+                families.add(base)
             names.update(base + suffix for suffix in SUFFIXES.get(kind, [""]))
     return names, families
 
