@@ -29,22 +29,13 @@ class CaptureSwitch:
         cached = self.cached(user_id)
         if cached is not None:
             return cached
-        generation = self._generation
-        async with self._db.read() as uow:
-            value = await uow.accounts.capture_enabled(user_id)
-        self._store({user_id: value}, generation)
-        return value
+        return (await self._read({user_id}))[user_id]
 
     async def warm(self, user_ids: Iterable[int]) -> None:
         """Fetch every user without a fresh entry in one round trip, so their events can skip at once."""
-        now = self._clock()
-        missing = {u for u in user_ids if (entry := self._entries.get(u)) is None or entry[1] <= now}
-        if not missing:
-            return
-        generation = self._generation
-        async with self._db.read() as uow:
-            values = await uow.accounts.capture_enabled_many(missing)
-        self._store(values, generation)
+        missing = {u for u in user_ids if self.cached(u) is None}
+        if missing:
+            await self._read(missing)
 
     def cached(self, user_id: int) -> bool | None:
         """The switch if a fresh entry is at hand, without I/O; None when a lookup is needed."""
@@ -57,14 +48,18 @@ class CaptureSwitch:
         self._generation += 1
         self._entries.pop(user_id, None)
 
-    def _store(self, values: dict[int, bool], generation: int) -> None:
-        if generation != self._generation:
-            return
-        if len(self._entries) + len(values) > MAX_ENTRIES:
-            self._entries.clear()
-        expires = self._clock() + self._ttl_s
-        for user_id, value in values.items():
-            self._entries[user_id] = (value, expires)
+    async def _read(self, user_ids: set[int]) -> dict[int, bool]:
+        """One query; cached unless an invalidation arrived while it ran."""
+        generation = self._generation
+        async with self._db.read() as uow:
+            values = await uow.accounts.capture_enabled_many(user_ids)
+        if generation == self._generation:
+            if len(self._entries) + len(values) > MAX_ENTRIES:
+                self._entries.clear()
+            expires = self._clock() + self._ttl_s
+            for user_id, value in values.items():
+                self._entries[user_id] = (value, expires)
+        return values
 
 
 class ProjectRecorder:
