@@ -54,6 +54,7 @@ class Settings(BaseSettings):
     consolidation_user_target: int = Field(default=30, ge=1)
     consolidation_project_target: int = Field(default=60, ge=1)
     consolidation_cooldown_hours: float = Field(default=24.0, ge=0)
+    consolidation_retry_minutes: float = Field(default=60.0, ge=0)
 
     log_level: str = "INFO"
 

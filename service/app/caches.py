@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 
-from service.adapters.db.database import Database, utcnow
+from service.adapters.db.database import Database
 
 MAX_ENTRIES = 100_000
 
@@ -77,7 +77,7 @@ class ProjectRecorder:
         if key in self._seen:
             return
         async with self._db.transaction() as uow:
-            await uow.accounts.remember_project(user_id, project_key, utcnow())
+            await uow.accounts.remember_project(user_id, project_key, self._db.now())
             await uow.commit()
         if len(self._seen) >= MAX_ENTRIES:
             self._seen.clear()

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import structlog
 
-from service.adapters.db.database import Database, UnitOfWork, utcnow
+from service.adapters.db.database import Database, UnitOfWork
 from service.adapters.db.memory_repository import HistoryEntry
 from service.adapters.llm_client import LlmError
 from service.adapters.metrics import Metrics
@@ -16,6 +16,7 @@ from service.config import Settings
 from service.core.consolidation import (
     ConsolidationPlan,
     InvalidPlan,
+    Merge,
     RunResult,
     Thresholds,
     affected_groups,
@@ -24,7 +25,7 @@ from service.core.consolidation import (
     parse_plan,
     should_run,
 )
-from service.core.model import Group, MemoryRow, Source
+from service.core.model import MACHINE_SOURCES, DismissedBy, Group, MemoryRow, Source, Status
 from service.core.normalize import dedup_hash
 
 log = structlog.get_logger(__name__)
@@ -37,6 +38,7 @@ def thresholds(settings: Settings) -> Thresholds:
         user_target=settings.consolidation_user_target,
         project_target=settings.consolidation_project_target,
         cooldown=timedelta(hours=settings.consolidation_cooldown_hours),
+        retry_after=timedelta(minutes=settings.consolidation_retry_minutes),
     )
 
 
@@ -77,111 +79,150 @@ class Consolidator:
                 self._metrics.consolidations.labels(RunResult.ABANDONED_ERROR.value).inc()
 
     async def run(self, extracted: Extracted) -> list[RunResult]:
-        """The three conditions of 10.3, a cooldown claim under the user lock, then one call per group."""
+        """The three conditions of 10.3; a cooldown claimed under the user lock only when a call will
+        be made; one call per group holding at least two machine-made rows."""
         user, groups = extracted.user_id, affected_groups(extracted.project_key)
         async with self._db.read() as uow:
             total = await uow.memories.active_count(user)
             sizes = {g: await uow.memories.active_in_group(user, g) for g in groups}
-            last = await uow.accounts.last_consolidated(user)
-        skip = should_run(extracted.inserted, total, sizes, last, utcnow(), self._limits)
-        if skip is None and not await self._claim(user):
+            due = await uow.accounts.consolidation_due(user)
+            inputs = {g: await _machine_rows(uow, user, g) for g in groups}
+        skip = should_run(extracted.inserted, total, sizes, due, self._db.now(), self._limits)
+        inputs = {g: rows for g, rows in inputs.items() if len(rows) >= 2}
+        if skip is None and not inputs:
+            skip = RunResult.SKIPPED_NOTHING_TO_MERGE
+        if skip is None and not await self._claim(user, self._limits.cooldown):
             skip = RunResult.SKIPPED_COOLDOWN
         if skip is not None:
             self._metrics.consolidations.labels(skip.value).inc()
             return [skip]
-        results = [await self._group(user, g, extracted.model) for g in groups]
-        for result in results:
+        runs = [await self._group(user, g, rows, extracted.model) for g, rows in inputs.items()]
+        if not any(answered for _, answered in runs):
+            # No call got an answer: try again after the shorter back-off, not a whole cooldown.
+            await self._claim(user, self._limits.retry_after, force=True)
+        for result, _ in runs:
             self._metrics.consolidations.labels(result.value).inc()
-        return results
+        return [result for result, _ in runs]
 
-    async def _claim(self, user: int) -> bool:
-        """The cooldown lives in the database, so it holds across restarts and replicas."""
+    async def _claim(self, user: int, wait: timedelta, force: bool = False) -> bool:
+        """The due time lives in the database, so it holds across restarts and replicas."""
         async with self._db.locked_user(user) as uow:
-            last = await uow.accounts.last_consolidated(user)
-            now = utcnow()
-            if last is not None and now - last < self._limits.cooldown:
+            now = self._db.now()
+            due = await uow.accounts.consolidation_due(user)
+            if not force and due is not None and now < due:
                 return False
-            await uow.accounts.set_consolidated(user, now)
+            await uow.accounts.set_consolidation_due(user, now + wait)
             await uow.commit()
         return True
 
-    async def _group(self, user: int, group: Group, model: str) -> RunResult:
-        plan = await self._plan(user, group, model)
-        if isinstance(plan, RunResult):
-            return plan
+    async def _group(
+        self, user: int, group: Group, rows: list[MemoryRow], model: str
+    ) -> tuple[RunResult, bool]:
+        """The group's result, and whether the model answered at all."""
+        messages, aliases = build_consolidation_messages(group, rows)
         try:
-            await self._apply(user, group, plan, model)
+            answer = await self._llm.complete("consolidation", model, messages)
+        except LlmError as exc:
+            log.warning("consolidation_llm_failed", user_id=user, group=str(group), error=str(exc))
+            return RunResult.ABANDONED_ERROR, False
+        return await self._plan_and_apply(user, group, rows, aliases, answer.text, model), True
+
+    async def _plan_and_apply(
+        self, user: int, group: Group, rows: list[MemoryRow], aliases: dict[int, int], answer: str, model: str
+    ) -> RunResult:
+        try:
+            plan = parse_plan(answer, aliases)
         except InvalidPlan as exc:
+            self._metrics.llm_calls.labels("consolidation", "invalid_json").inc()
+            log.info("consolidation_plan_invalid", user_id=user, group=str(group), reason=str(exc))
+            return RunResult.ABANDONED_INVALID
+        self._metrics.llm_calls.labels("consolidation", "ok").inc()
+        if plan.empty:
+            return RunResult.APPLIED
+        try:
+            await self._apply(user, group, {r.id: r for r in rows}, plan, model)
+        except StalePlan as exc:
             log.info("consolidation_stale", user_id=user, group=str(group), reason=str(exc))
+            return RunResult.ABANDONED_STALE
+        except InvalidPlan as exc:
+            log.info("consolidation_plan_rejected", user_id=user, group=str(group), reason=str(exc))
             return RunResult.ABANDONED_INVALID
         except Exception:
             log.exception("consolidation_apply_failed", user_id=user, group=str(group))
             return RunResult.ABANDONED_ERROR
         return RunResult.APPLIED
 
-    async def _plan(self, user: int, group: Group, model: str) -> ConsolidationPlan | RunResult:
-        """The model's plan for the group, validated; a result instead when there is nothing to apply."""
-        async with self._db.read() as uow:
-            rows = await _auto_rows(uow, user, group)
-        if len(rows) < 2:
-            return RunResult.APPLIED
-        messages, aliases = build_consolidation_messages(group, rows)
-        try:
-            answer = await self._llm.complete("consolidation", model, messages)
-            plan = parse_plan(answer.text, aliases)
-        except LlmError as exc:
-            log.warning("consolidation_llm_failed", user_id=user, group=str(group), error=str(exc))
-            return RunResult.ABANDONED_ERROR
-        except InvalidPlan as exc:
-            self._metrics.llm_calls.labels("consolidation", "invalid_json").inc()
-            log.info("consolidation_plan_invalid", user_id=user, group=str(group), reason=str(exc))
-            return RunResult.ABANDONED_INVALID
-        self._metrics.llm_calls.labels("consolidation", "ok").inc()
-        return RunResult.APPLIED if plan.empty else plan
-
-    async def _apply(self, user: int, group: Group, plan: ConsolidationPlan, model: str) -> None:
+    async def _apply(
+        self, user: int, group: Group, shown: dict[int, MemoryRow], plan: ConsolidationPlan, model: str
+    ) -> None:
         """One transaction under the user lock: inserts, then deletes; any failure rolls back all of it."""
         async with self._db.locked_user(user) as uow:
-            current = {r.id: r for r in await _auto_rows(uow, user, group)}
+            current = {r.id: r for r in await _machine_rows(uow, user, group)}
             wanted = {i for m in plan.merges for i in m.source_ids} | set(plan.drops)
-            if not wanted <= set(current):
-                raise InvalidPlan("a source row changed while the model was answering")
-            now = utcnow()
-            base = HistoryEntry("merge", "consolidator", model=model)
+            changed = sorted(i for i in wanted if i not in current or current[i].content != shown[i].content)
+            if changed:
+                raise StalePlan(f"rows {changed} changed while the model was answering")
+            now = self._db.now()
             merged = 0
             for merge in plan.merges:
-                digest = dedup_hash(group.scope, group.project_key, merge.content)
-                clash = (await uow.memories.by_hashes(user, [digest])).get(digest)
-                if clash is not None and clash.id in wanted and clash.id not in merge.source_ids:
-                    raise InvalidPlan("a merge restates a row that another operation removes")
-                if clash is None:
-                    new_id = await uow.memories.insert(
-                        user, group, merge.content, digest, Source.CONSOLIDATED, None, now
-                    )
-                    await uow.memories.record(user, new_id, _with(base, new=merge.content), now)
-                # A clash means the merged fact already has a row: the sources go in its favour.
+                target = await self._merge_target(uow, user, group, merge, wanted, model, now)
                 for source in merge.source_ids:
-                    if clash is not None and source == clash.id:
+                    if source == target:
                         continue
                     await uow.memories.delete(user, source)
-                    await uow.memories.record(
-                        user, source, _with(base, current[source].content, merge.content), now
-                    )
+                    entry = HistoryEntry("merge", ACTOR, current[source].content, merge.content, model=model)
+                    await uow.memories.record(user, source, entry, now)
                     merged += 1
             for row_id in plan.drops:
                 await uow.memories.delete(user, row_id)
-                entry = HistoryEntry("drop", "consolidator", old_content=current[row_id].content, model=model)
+                entry = HistoryEntry("drop", ACTOR, old_content=current[row_id].content, model=model)
                 await uow.memories.record(user, row_id, entry, now)
             await uow.commit()
         self._metrics.consolidated_rows.labels("merged").inc(merged)
         self._metrics.consolidated_rows.labels("dropped").inc(len(plan.drops))
 
+    async def _merge_target(
+        self,
+        uow: UnitOfWork,
+        user: int,
+        group: Group,
+        merge: Merge,
+        wanted: set[int],
+        model: str,
+        now: datetime,
+    ) -> int:
+        """The row the sources fold into: a new CONSOLIDATED row, an ACTIVE row that already says
+        the merged text, or a row demoted for capacity that says it (restored). Never a row the user
+        dismissed: the ACTIVE sources would vanish into a rejected fact."""
+        digest = dedup_hash(group.scope, group.project_key, merge.content)
+        clash = (await uow.memories.by_hashes(user, [digest])).get(digest)
+        if clash is None:
+            new_id = await uow.memories.insert(
+                user, group, merge.content, digest, Source.CONSOLIDATED, None, now
+            )
+            entry = HistoryEntry("merge", ACTOR, new_content=merge.content, model=model)
+            await uow.memories.record(user, new_id, entry, now)
+            return new_id
+        if clash.id in wanted and clash.id not in merge.source_ids:
+            raise InvalidPlan("a merge restates a row that another operation removes")
+        if clash.status is Status.DISMISSED:
+            if clash.dismissed_by is not DismissedBy.CAPACITY or clash.source not in MACHINE_SOURCES:
+                raise InvalidPlan("a merge restates a fact the user dismissed")
+            await uow.memories.set_status(user, clash.id, Status.ACTIVE, now)
+            entry = HistoryEntry("restore", ACTOR, old_content=clash.content, model=model)
+            await uow.memories.record(user, clash.id, entry, now)
+        return clash.id
 
-def _with(base: HistoryEntry, old: str | None = None, new: str | None = None) -> HistoryEntry:
-    return HistoryEntry(base.action, base.actor, old_content=old, new_content=new, model=base.model)
+
+class StalePlan(Exception):
+    """A source row changed between the read and the apply: the plan describes rows that are gone."""
 
 
-async def _auto_rows(uow: UnitOfWork, user: int, group: Group) -> list[MemoryRow]:
-    """MANUAL and DISMISSED rows are never shown to, or changed by, consolidation (10.3)."""
-    rows = await uow.memories.auto_active_in_groups(user, group.project_key or None)
+ACTOR = "consolidator"
+
+
+async def _machine_rows(uow: UnitOfWork, user: int, group: Group) -> list[MemoryRow]:
+    """Machine-made ACTIVE rows of the group: MANUAL and DISMISSED rows are never shown to, or
+    changed by, consolidation (10.3); merged rows are merged again like any other."""
+    rows = await uow.memories.machine_active_in_groups(user, group.project_key or None)
     return sorted((r for r in rows if r.group == group), key=lambda r: (r.updated_at, r.id))

@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from datetime import datetime
 from enum import StrEnum
 from typing import Protocol
 
 import structlog
 
-from service.adapters.db.database import Database, UnitOfWork, is_transient, utcnow
+from service.adapters.db.database import Database, UnitOfWork, is_transient
 from service.adapters.db.memory_repository import HistoryEntry
 from service.adapters.llm_client import LlmAnswer, LlmError
 from service.adapters.metrics import Metrics
@@ -21,8 +22,18 @@ from service.core.events import TaskFinishedEvent
 from service.core.extraction_answer import AnswerError, ParsedAnswer, parse_extraction_answer
 from service.core.extraction_prompt import build_extraction_messages
 from service.core.filters import Skip, input_skip, trigger_skip
-from service.core.model import Source, Status
-from service.core.persist_plan import Insert, Plan, PoolState, Touch, Update, candidate_hashes, decide
+from service.core.model import DismissedBy, Source, Status
+from service.core.persist_plan import (
+    Demote,
+    Insert,
+    Plan,
+    PoolState,
+    Restore,
+    Touch,
+    Update,
+    candidate_hashes,
+    decide,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -46,7 +57,8 @@ class Llm(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Extracted:
-    """What one extraction persisted; consolidation (D15) runs only when `inserted` > 0."""
+    """What one extraction persisted; consolidation (D15) runs only when `inserted` > 0 (rows made
+    ACTIVE that were not: inserts and restores)."""
 
     user_id: int
     project_key: str | None
@@ -138,14 +150,12 @@ class ExtractionHandler:
         )
         if plan is None:
             return Outcome.SKIPPED_DUPLICATE_EVENT, None
-        return Outcome.EXTRACTED, Extracted(
-            event.user_id, project_key, model, plan.inserted, plan.active_after
-        )
+        return Outcome.EXTRACTED, Extracted(event.user_id, project_key, model, plan.added, plan.active_after)
 
     async def _comparison_set(self, uow: UnitOfWork, user_id: int, project_key: str | None) -> ComparisonSet:
         """10.1: a failing comparison query degrades to exact hashing; it never blocks extraction."""
         try:
-            rows = await uow.memories.auto_active_in_groups(user_id, project_key)
+            rows = await uow.memories.machine_active_in_groups(user_id, project_key)
             dismissed = await uow.memories.dismissed_contents(user_id, project_key)
         except Exception as exc:
             if is_transient(exc):
@@ -165,7 +175,7 @@ class ExtractionHandler:
         """Ledger row and memory writes in one transaction under the user's lock; None if already done."""
         outcome = Outcome.EXTRACTED if answer is not None else Outcome.FAILED
         async with self._db.locked_user(event.user_id) as uow:
-            now = utcnow()
+            now = self._db.now()
             if not await uow.accounts.mark_processed(
                 event.event_id, event.user_id, event.session_id, outcome.value, now
             ):
@@ -174,8 +184,9 @@ class ExtractionHandler:
             if answer is not None and answer.candidates:
                 candidates = answer.candidates
                 state = PoolState(
-                    auto_active={
-                        r.id: r for r in await uow.memories.auto_active_in_groups(event.user_id, project_key)
+                    machine_active={
+                        r.id: r
+                        for r in await uow.memories.machine_active_in_groups(event.user_id, project_key)
                     },
                     by_hash=await uow.memories.by_hashes(
                         event.user_id, candidate_hashes(candidates, project_key)
@@ -183,7 +194,7 @@ class ExtractionHandler:
                     active_count=await uow.memories.active_count(event.user_id),
                 )
                 plan = decide(candidates, existing, project_key, state)
-                await self._apply(uow, plan, event, model)
+                await self._apply(uow, plan, event, model, now)
             await uow.commit()
         if answer is not None:
             for candidate, result in zip(answer.candidates, plan.results, strict=True):
@@ -191,8 +202,9 @@ class ExtractionHandler:
             self._metrics.demotions.inc(plan.demoted)
         return plan
 
-    async def _apply(self, uow: UnitOfWork, plan: Plan, event: TaskFinishedEvent, model: str) -> None:
-        now = utcnow()
+    async def _apply(
+        self, uow: UnitOfWork, plan: Plan, event: TaskFinishedEvent, model: str, now: datetime
+    ) -> None:
         user = event.user_id
         trace = HistoryEntry("", "auto", event_id=event.event_id, session_id=event.session_id, model=model)
         for op in plan.ops:
@@ -211,9 +223,14 @@ class ExtractionHandler:
                 entry = replace(
                     trace, action="update", old_content=op.old_content, new_content=op.new_content
                 )
-            else:
+            elif isinstance(op, Restore):
                 row_id = op.row_id
-                # D14: a soft demotion the user can undo from the dismissed list.
-                await uow.memories.set_status(user, row_id, Status.DISMISSED, now)
+                await uow.memories.set_status(user, row_id, Status.ACTIVE, now)
+                entry = replace(trace, action="restore", old_content=op.content)
+            else:
+                assert isinstance(op, Demote)
+                row_id = op.row_id
+                # D14: a soft demotion, restored when the fact comes back or by the user.
+                await uow.memories.set_status(user, row_id, Status.DISMISSED, now, DismissedBy.CAPACITY)
                 entry = replace(trace, action="demote", old_content=op.content)
             await uow.memories.record(user, row_id, entry, now)

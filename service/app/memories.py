@@ -7,7 +7,7 @@ from typing import Any
 
 import structlog
 
-from service.adapters.db.database import Database, UnitOfWork, utcnow
+from service.adapters.db.database import Database, UnitOfWork
 from service.adapters.db.memory_repository import HistoryEntry, ItemRecord, ListFilter
 from service.app.caches import CaptureSwitch
 from service.core.injection_prompt import MemoryHint, render_injection
@@ -16,6 +16,7 @@ from service.core.model import (
     INJECT_USER_LIMIT,
     MAX_ACTIVE_PER_USER,
     USER_GROUP,
+    DismissedBy,
     Group,
     Scope,
     Source,
@@ -76,14 +77,25 @@ class MemoryService:
         group = Group(Scope.PROJECT, project_key or "") if scope is Scope.PROJECT else USER_GROUP
         digest = dedup_hash(group.scope, group.project_key, content)
         async with self._db.locked_user(user_id) as uow:
-            if await uow.memories.by_hashes(user_id, [digest]):
+            clash = (await uow.memories.by_hashes(user_id, [digest])).get(digest)
+            if clash is not None and clash.dismissed_by is not DismissedBy.CAPACITY:
                 raise Duplicate
             # The manual path keeps its explicit error; only automatic writes demote (D14).
             if await uow.memories.active_count(user_id) >= MAX_ACTIVE_PER_USER:
                 raise LimitExceeded
-            now = utcnow()
-            row_id = await uow.memories.insert(user_id, group, content, digest, Source.MANUAL, None, now)
-            await uow.memories.record(user_id, row_id, _user_entry("create", new=content), now)
+            now = self._db.now()
+            if clash is None:
+                row_id = await uow.memories.insert(user_id, group, content, digest, Source.MANUAL, None, now)
+                await uow.memories.record(user_id, row_id, _user_entry("create", new=content), now)
+            else:
+                # A fact demoted for lack of room, typed again: the same row comes back, in the
+                # user's words and theirs from now on.
+                row_id = clash.id
+                await uow.memories.set_status(user_id, row_id, Status.ACTIVE, now)
+                await uow.memories.update_content(user_id, row_id, content, digest, now, source=Source.MANUAL)
+                await uow.memories.record(
+                    user_id, row_id, _user_entry("restore", clash.content, content), now
+                )
             item = await uow.memories.get(user_id, row_id)
             await uow.commit()
         assert item is not None
@@ -108,7 +120,7 @@ class MemoryService:
         clash = (await uow.memories.by_hashes(user_id, [digest])).get(digest)
         if clash is not None and clash.id != item.id:
             raise Duplicate
-        now = utcnow()
+        now = self._db.now()
         # D12: an edit keeps the status. Edited words are the user's own, so an AUTO or
         # CONSOLIDATED row becomes MANUAL and leaves the model's comparison set for good.
         await uow.memories.update_content(user_id, item.id, content, digest, now, source=Source.MANUAL)
@@ -117,8 +129,8 @@ class MemoryService:
     async def _set_status(self, uow: UnitOfWork, user_id: int, item: ItemRecord, status: Status) -> None:
         if status is Status.ACTIVE and await uow.memories.active_count(user_id) >= MAX_ACTIVE_PER_USER:
             raise LimitExceeded
-        now = utcnow()
-        await uow.memories.set_status(user_id, item.id, status, now)
+        now = self._db.now()
+        await uow.memories.set_status(user_id, item.id, status, now, DismissedBy.USER)
         action = "restore" if status is Status.ACTIVE else "dismiss"
         await uow.memories.record(user_id, item.id, _user_entry(action, old=item.content), now)
 
@@ -128,7 +140,7 @@ class MemoryService:
             item = await uow.memories.get(user_id, row_id)
             if item is None:
                 raise NotFound
-            now = utcnow()
+            now = self._db.now()
             await uow.memories.delete(user_id, row_id)
             await uow.memories.record(user_id, row_id, _user_entry("delete", old=item.content), now)
             await uow.commit()
@@ -147,7 +159,7 @@ class MemoryService:
 
     async def set_capture(self, user_id: int, enabled: bool) -> bool:
         async with self._db.transaction() as uow:
-            await uow.accounts.set_capture(user_id, enabled, utcnow())
+            await uow.accounts.set_capture(user_id, enabled, self._db.now())
             await uow.commit()
         self._capture.invalidate(user_id)
         log.info("auto_capture_changed", user_id=user_id, enabled=enabled)
@@ -161,7 +173,7 @@ class MemoryService:
         """Read by the next extraction: the handler looks the setting up for every event."""
         async with self._db.transaction() as uow:
             previous = await uow.accounts.extraction_model()
-            await uow.accounts.set_extraction_model(value, utcnow())
+            await uow.accounts.set_extraction_model(value, self._db.now())
             await uow.commit()
         return previous
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from service.core.model import USER_GROUP, Group, MemoryRow, Scope, Source, Status
+from service.core.model import USER_GROUP, Group, MemoryRow, Scope
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,8 +29,9 @@ EMPTY = ComparisonSet()
 def build_comparison_set(
     rows: list[MemoryRow], project_key: str | None, dismissed: list[str]
 ) -> ComparisonSet:
-    """Keep only AUTO ACTIVE rows of the USER group and the session's project group, in a stable order."""
+    """Keep only machine-made ACTIVE rows of the USER group and the session's project group, in a
+    stable order: merged rows are matched like extracted ones, MANUAL rows never."""
     groups = {USER_GROUP} | ({Group(Scope.PROJECT, project_key)} if project_key else set())
-    legal = [r for r in rows if r.source is Source.AUTO and r.status is Status.ACTIVE and r.group in groups]
+    legal = [r for r in rows if r.machine_active and r.group in groups]
     legal.sort(key=lambda r: (r.scope is not Scope.USER, r.updated_at, r.id))
     return ComparisonSet(rows={i: r for i, r in enumerate(legal, start=1)}, dismissed=dismissed)

@@ -18,18 +18,22 @@ class RunResult(StrEnum):
     APPLIED = "applied"
     SKIPPED_COOLDOWN = "skipped_cooldown"
     SKIPPED_THRESHOLD = "skipped_threshold"
+    SKIPPED_NOTHING_TO_MERGE = "skipped_nothing_to_merge"  # no group holds two machine-made rows
     ABANDONED_INVALID = "abandoned_invalid"
+    ABANDONED_STALE = "abandoned_stale"  # a source changed while the model was answering
     ABANDONED_ERROR = "abandoned_error"
 
 
 @dataclass(frozen=True, slots=True)
 class Thresholds:
-    """10.4's constants, configurable as MEMORY_CONSOLIDATION_*."""
+    """10.4's constants, configurable as MEMORY_CONSOLIDATION_*; `retry_after` is the shorter wait
+    after a run whose every model call failed."""
 
     active_total: int = 150
     user_target: int = 30
     project_target: int = 60
     cooldown: timedelta = timedelta(hours=24)
+    retry_after: timedelta = timedelta(hours=1)
 
     def target(self, group: Group) -> int:
         return self.user_target if group.scope is Scope.USER else self.project_target
@@ -50,17 +54,18 @@ def should_run(
     inserted: int,
     active_total: int,
     group_sizes: dict[Group, int],
-    last_run: datetime | None,
+    due_at: datetime | None,
     now: datetime,
     limits: Thresholds,
 ) -> RunResult | None:
-    """None means run; otherwise why not. All three conditions of 10.3 must hold."""
+    """None means run; otherwise why not. All three conditions of 10.3 must hold; `due_at` is when
+    the user's cooldown (or the back-off after a failed call) ends."""
     if inserted <= 0:
         return RunResult.SKIPPED_THRESHOLD  # no new information, nothing to tidy
     over = active_total > limits.active_total or any(n > limits.target(g) for g, n in group_sizes.items())
     if not over:
         return RunResult.SKIPPED_THRESHOLD
-    if last_run is not None and now - last_run < limits.cooldown:
+    if due_at is not None and now < due_at:
         return RunResult.SKIPPED_COOLDOWN
     return None
 

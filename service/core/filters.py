@@ -6,7 +6,7 @@ from enum import StrEnum
 
 from service.core.events import TaskFinishedEvent
 from service.core.model import MIN_USER_MESSAGE_CHARS
-from service.core.normalize import normalize
+from service.core.normalize import identity
 
 EXCLUDED_SESSION_TYPES = frozenset({"SUBAGENT", "SIDE_TASK"})
 
@@ -34,9 +34,9 @@ def trigger_skip(event: TaskFinishedEvent) -> Skip | None:
 
 
 def input_skip(event: TaskFinishedEvent) -> Skip | None:
-    """D8 (both messages present) and D11 (a user message under 20 characters after normalization)."""
-    user = normalize(event.last_user_message or "")
-    assistant = normalize(event.last_assistant_message or "")
-    if not assistant or len(user) < MIN_USER_MESSAGE_CHARS:
+    """D8 (both messages present) and D11 (a user message under 20 visible characters: its identity)."""
+    if len(identity(event.last_user_message or "")) < MIN_USER_MESSAGE_CHARS:
+        return Skip.SHORT
+    if not identity(event.last_assistant_message or ""):
         return Skip.SHORT
     return None

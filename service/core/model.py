@@ -18,9 +18,22 @@ class Source(StrEnum):
     CONSOLIDATED = "CONSOLIDATED"
 
 
+# Machine-made rows: the model may touch, update, demote (D14) and merge (D15) them. MANUAL rows
+# belong to the user and are never changed by the machine.
+MACHINE_SOURCES = frozenset({Source.AUTO, Source.CONSOLIDATED})
+
+
 class Status(StrEnum):
     ACTIVE = "ACTIVE"
     DISMISSED = "DISMISSED"
+
+
+class DismissedBy(StrEnum):
+    """Why a row is DISMISSED. Only the user's rejection is final (D3) and forms the negative list;
+    a capacity demotion (D14) is undone when the fact comes back."""
+
+    USER = "USER"
+    CAPACITY = "CAPACITY"
 
 
 class Action(StrEnum):
@@ -61,10 +74,15 @@ class MemoryRow:
     status: Status
     dedup_hash: str
     updated_at: datetime
+    dismissed_by: DismissedBy | None = None
 
     @property
     def group(self) -> Group:
         return Group(self.scope, self.project_key)
+
+    @property
+    def machine_active(self) -> bool:
+        return self.status is Status.ACTIVE and self.source in MACHINE_SOURCES
 
 
 @dataclass(frozen=True, slots=True)

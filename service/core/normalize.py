@@ -1,4 +1,12 @@
-"""Content normalization and the dedup hash (seed 5.1): one definition for every write path."""
+"""One identity rule for text (seed 5.1, sharpened): the hash, D11's length check and rendering.
+
+Two texts that render the same must be one memory. `clean_content` is what is stored and rendered:
+line breaks and control characters become spaces, invisible format characters go (zero-width
+spaces, BOM, word joiners, direction overrides, tag characters), except a ZWJ/ZWNJ that joins two
+letters, marks, digits or symbols (emoji sequences, Persian and Indic words), whitespace folded.
+`identity` is `clean_content` of the NFKC form, so full-width and composed variants compare equal
+without the stored text losing its own punctuation.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +17,10 @@ import unicodedata
 from service.core.model import Scope
 
 _WHITESPACE = re.compile(r"\s+")
-_UNSAFE = frozenset({"Cc", "Cf", "Zl", "Zp"})
+_BREAKS = frozenset({"Cc", "Zl", "Zp"})
+_JOINERS = frozenset({"\u200c", "\u200d"})
+# What a ZWJ/ZWNJ may sit between and still change how the text renders.
+_JOINABLE = ("L", "M", "N", "So", "Sk")
 
 
 def normalize(text: str) -> str:
@@ -17,18 +28,38 @@ def normalize(text: str) -> str:
     return _WHITESPACE.sub(" ", text).strip()
 
 
-def dedup_hash(scope: Scope, project_key: str, content: str) -> str:
-    """sha1("{scope}|{projectKey or ''}|{normalized content}"), so USER and PROJECT dedup apart."""
-    payload = f"{scope.value}|{project_key}|{normalize(content)}"
-    return hashlib.sha1(payload.encode("utf-8"), usedforsecurity=False).hexdigest()
+def _joins(before: list[str], after: str) -> bool:
+    """A ZWJ/ZWNJ between two joinable characters changes the rendering, so it stays."""
+    return bool(before) and all(unicodedata.category(ch).startswith(_JOINABLE) for ch in (before[-1], after))
 
 
 def clean_content(text: str) -> str:
-    """Model output made safe for storage: control and format characters become spaces, then normalize.
+    """A fact as stored and rendered: one line of visible text.
 
-    A fact is one line of plain text; newlines and invisible characters are how injected content
-    would try to open a new prompt section.
+    Newlines and invisible characters are how injected content would try to open a new prompt
+    section, and how two identical-looking texts would dodge the dedup hash.
     """
-    if not text.isprintable():  # printable text has none of those: skip the per-character scan
-        text = "".join(" " if unicodedata.category(ch) in _UNSAFE else ch for ch in text)
-    return normalize(text)
+    if text.isprintable():  # no control, format or separator character: skip the per-character scan
+        return normalize(text)
+    kept: list[str] = []
+    last = len(text) - 1
+    for i, ch in enumerate(text):
+        category = unicodedata.category(ch)
+        if category in _BREAKS:
+            kept.append(" ")
+        elif category != "Cf" or (ch in _JOINERS and 0 < i < last and _joins(kept, text[i + 1])):
+            kept.append(ch)
+    return normalize("".join(kept))
+
+
+def identity(text: str) -> str:
+    """What two texts must share to be one memory: NFKC, then `clean_content`."""
+    if not unicodedata.is_normalized("NFKC", text):
+        text = unicodedata.normalize("NFKC", text)
+    return clean_content(text)
+
+
+def dedup_hash(scope: Scope, project_key: str, content: str) -> str:
+    """sha1("{scope}|{projectKey or ''}|{identity(content)}"), so USER and PROJECT dedup apart."""
+    payload = f"{scope.value}|{project_key}|{identity(content)}"
+    return hashlib.sha1(payload.encode("utf-8"), usedforsecurity=False).hexdigest()

@@ -11,10 +11,12 @@ from enum import StrEnum
 
 from service.core.comparison_set import ComparisonSet
 from service.core.model import (
+    MACHINE_SOURCES,
     MAX_ACTIVE_PER_USER,
     USER_GROUP,
     Action,
     Candidate,
+    DismissedBy,
     Group,
     MemoryRow,
     Scope,
@@ -28,7 +30,9 @@ class Result(StrEnum):
     """What became of one candidate; the values are metric labels."""
 
     INSERTED = "inserted"
+    RESTORED = "restored"
     TOUCHED = "touched"
+    MATCHED_MANUAL = "matched_manual"
     UPDATED = "updated"
     UPDATE_COLLIDED_TOUCHED = "update_collided_touched"
     DROPPED_INVALID_REF = "dropped_invalid_ref"
@@ -62,18 +66,26 @@ class Demote:
     content: str
 
 
-Op = Insert | Touch | Update | Demote
+@dataclass(frozen=True, slots=True)
+class Restore:
+    """A fact demoted for capacity (D14) came back: the row is ACTIVE again."""
+
+    row_id: int
+    content: str
+
+
+Op = Insert | Touch | Update | Demote | Restore
 
 
 @dataclass(frozen=True, slots=True)
 class PoolState:
     """The user's pool as read under the lock, after the model answered.
 
-    `auto_active`: AUTO ACTIVE rows of the USER group and the session's project group.
+    `machine_active`: machine-made ACTIVE rows of the USER group and the session's project group.
     `by_hash`: every row (any source or status) whose hash some candidate could produce.
     """
 
-    auto_active: dict[int, MemoryRow]
+    machine_active: dict[int, MemoryRow]
     by_hash: dict[str, MemoryRow]
     active_count: int
 
@@ -91,6 +103,11 @@ class Plan:
     @property
     def demoted(self) -> int:
         return sum(isinstance(op, Demote) for op in self.ops)
+
+    @property
+    def added(self) -> int:
+        """Rows this plan makes ACTIVE that were not: the new information D15 waits for."""
+        return sum(isinstance(op, Insert | Restore) for op in self.ops)
 
 
 def candidate_group(candidate: Candidate, project_key: str | None) -> Group:
@@ -118,19 +135,25 @@ class _Slot:
     row_id: int | None
     status: Status
     group: Group
+    source: Source = Source.AUTO
+    dismissed_by: DismissedBy | None = None
+    content: str = ""
 
 
 class _Planner:
     def __init__(self, state: PoolState, project_key: str | None) -> None:
         self.project_key = project_key
         self.active = state.active_count
-        self.slots: dict[str, _Slot] = {h: _Slot(r.id, r.status, r.group) for h, r in state.by_hash.items()}
-        self.hash_of: dict[int, str] = {r.id: r.dedup_hash for r in state.auto_active.values()}
-        self.content_of: dict[int, str] = {r.id: r.content for r in state.auto_active.values()}
-        self.group_of: dict[int, Group] = {r.id: r.group for r in state.auto_active.values()}
+        self.slots: dict[str, _Slot] = {
+            h: _Slot(r.id, r.status, r.group, r.source, r.dismissed_by, r.content)
+            for h, r in state.by_hash.items()
+        }
+        self.hash_of: dict[int, str] = {r.id: r.dedup_hash for r in state.machine_active.values()}
+        self.content_of: dict[int, str] = {r.id: r.content for r in state.machine_active.values()}
+        self.group_of: dict[int, Group] = {r.id: r.group for r in state.machine_active.values()}
         # Oldest first; a touch or update moves a row to the end, a demotion removes it.
         self.recency: dict[Group, list[int]] = {}
-        for row in sorted(state.auto_active.values(), key=lambda r: (r.updated_at, r.id)):
+        for row in sorted(state.machine_active.values(), key=lambda r: (r.updated_at, r.id)):
             self.recency.setdefault(row.group, []).append(row.id)
         self.written: set[int] = set()
         self.plan = Plan()
@@ -153,7 +176,8 @@ class _Planner:
         return self.plan
 
     def _resolve(self, alias: object, group: Group, existing: ComparisonSet) -> int | None:
-        """10.1: only an alias of this call, of the candidate's group, still AUTO ACTIVE under the lock."""
+        """10.1: only an alias of this call, of the candidate's group, still machine-made and ACTIVE
+        under the lock."""
         if not isinstance(alias, int) or isinstance(alias, bool):
             return None
         shown = existing.rows.get(alias)
@@ -183,6 +207,7 @@ class _Planner:
         self.plan.ops.append(Update(row_id, self.content_of[row_id], content, new_hash))
         self.written.add(row_id)
         slot = self.slots.pop(old_hash, _Slot(row_id, Status.ACTIVE, group))
+        slot.content = content
         self.slots[new_hash] = slot
         self.hash_of[row_id] = new_hash
         self.content_of[row_id] = content
@@ -193,27 +218,61 @@ class _Planner:
         digest = dedup_hash(group.scope, group.project_key, content)
         slot = self.slots.get(digest)
         if slot is not None:
-            # Exact-hash pre-check: ACTIVE is a re-confirmation, DISMISSED is never revived (D3).
-            if slot.status is Status.DISMISSED:
-                return Result.DROPPED_DISMISSED
-            if slot.row_id is None:
-                return Result.TOUCHED
-            return self._touch(slot.row_id, Result.TOUCHED)
-        if self.active >= MAX_ACTIVE_PER_USER and not self._demote_oldest(group):
+            return self._exact_hit(slot, digest)
+        if not self._make_room(group):
             return Result.DROPPED_NO_ROOM
         self.plan.ops.append(Insert(group, content, digest))
         self.slots[digest] = _Slot(None, Status.ACTIVE, group)
         self.active += 1
         return Result.INSERTED
 
+    def _exact_hit(self, slot: _Slot, digest: str) -> Result:
+        """10.1's exact-hash pre-check. ACTIVE is a re-confirmation, but the user's own words stay as
+        they are; a user's dismissal is never revived (D3); a capacity demotion (D14) of a row the user
+        has not since edited is undone."""
+        if slot.status is Status.ACTIVE:
+            if slot.row_id is None:
+                return Result.TOUCHED
+            if slot.source not in MACHINE_SOURCES:
+                return Result.MATCHED_MANUAL
+            return self._touch(slot.row_id, Result.TOUCHED)
+        restorable = slot.dismissed_by is DismissedBy.CAPACITY and slot.source in MACHINE_SOURCES
+        if not restorable or slot.row_id is None:
+            return Result.DROPPED_DISMISSED
+        return self._restore(slot, digest)
+
+    def _restore(self, slot: _Slot, digest: str) -> Result:
+        """The restore obeys the cap like an insert: it may demote the group's oldest row, or fail."""
+        assert slot.row_id is not None
+        if not self._make_room(slot.group):
+            return Result.DROPPED_NO_ROOM
+        self.plan.ops.append(Restore(slot.row_id, slot.content))
+        slot.status, slot.dismissed_by = Status.ACTIVE, None
+        self.active += 1
+        self.written.add(slot.row_id)
+        self.hash_of[slot.row_id] = digest
+        self.content_of[slot.row_id] = slot.content
+        self.group_of[slot.row_id] = slot.group
+        self.recency.setdefault(slot.group, []).append(slot.row_id)
+        return Result.RESTORED
+
+    def _make_room(self, group: Group) -> bool:
+        return self.active < MAX_ACTIVE_PER_USER or self._demote_oldest(group)
+
     def _demote_oldest(self, group: Group) -> bool:
-        """D14: the group's least recently confirmed AUTO row makes room; MANUAL rows are never here."""
+        """D14: the group's least recently confirmed machine-made row makes room; never a MANUAL row."""
         order = self.recency.get(group, [])
         if not order:
             return False
         victim = order.pop(0)
         self.plan.ops.append(Demote(victim, self.content_of[victim]))
-        self.slots[self.hash_of[victim]] = _Slot(victim, Status.DISMISSED, group)
+        self.slots[self.hash_of[victim]] = _Slot(
+            victim,
+            Status.DISMISSED,
+            group,
+            dismissed_by=DismissedBy.CAPACITY,
+            content=self.content_of[victim],
+        )
         self.active -= 1
         return True
 
@@ -222,9 +281,7 @@ def decide(
     candidates: list[Candidate], existing: ComparisonSet, project_key: str | None, state: PoolState
 ) -> Plan:
     """Turn the model's candidates into ops that keep D3, D13 and D14 whatever the model said."""
-    # Only AUTO ACTIVE rows may be referenced or demoted, whatever the caller put in the state.
-    auto = {
-        i: r for i, r in state.auto_active.items() if r.source is Source.AUTO and r.status is Status.ACTIVE
-    }
-    clean = PoolState(auto_active=auto, by_hash=state.by_hash, active_count=state.active_count)
+    # Only machine-made ACTIVE rows may be referenced or demoted, whatever the caller put in the state.
+    machine = {i: r for i, r in state.machine_active.items() if r.machine_active}
+    clean = PoolState(machine_active=machine, by_hash=state.by_hash, active_count=state.active_count)
     return _Planner(clean, project_key).run(candidates, existing)

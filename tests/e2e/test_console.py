@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 from playwright import async_api as playwright_api
 
-from service.adapters.db.database import Database, utcnow
+from service.adapters.db.database import Database
 from tests.e2e.conftest import JWT_SECRET
 from tests.support.pool import seed
 from tests.support.processes import OUTPUT, ServiceProcess
@@ -122,7 +122,7 @@ async def test_add_a_project_memory_through_the_dropdown(
     open_console, user_id: int, mysql_db: Database
 ) -> None:  # type: ignore[no-untyped-def]
     async with mysql_db.transaction() as uow:
-        await uow.accounts.remember_project(user_id, "mao", utcnow())
+        await uow.accounts.remember_project(user_id, "mao", mysql_db.now())
         await uow.commit()
     page = await open_console(user_id)
     await page.click("#add-open")

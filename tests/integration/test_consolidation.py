@@ -9,7 +9,7 @@ import pymysql
 import pytest
 import sqlalchemy as sa
 
-from service.adapters.db.database import Database, utcnow
+from service.adapters.db.database import Database
 from service.adapters.db.engine import build_engine
 from service.adapters.db.memory_repository import MemoryRepository
 from service.adapters.llm_client import LlmClient
@@ -49,7 +49,7 @@ async def test_no_call_when_a_condition_fails(
     await pool(mysql_db, user_id, f"{marker}b", count=20)
     assert await consolidator.run(extracted(user_id, inserted=0)) == [RunResult.SKIPPED_THRESHOLD]
     async with mysql_db.locked_user(user_id) as uow:
-        await uow.accounts.set_consolidated(user_id, utcnow() - timedelta(hours=23))
+        await uow.accounts.set_consolidation_due(user_id, mysql_db.now() + timedelta(hours=1))
         await uow.commit()
     assert await consolidator.run(extracted(user_id)) == [RunResult.SKIPPED_COOLDOWN]
     assert llm.calls(marker) == []
@@ -82,7 +82,7 @@ async def test_merge_replaces_its_sources_in_one_transaction(
     [call] = llm.calls(marker)
     assert [e["id"] for e in call.data["memories"]] == list(range(1, 41))
     async with mysql_db.read() as uow:
-        assert await uow.accounts.last_consolidated(user_id) is not None
+        assert await uow.accounts.consolidation_due(user_id) is not None
 
 
 async def test_merge_over_120_characters_abandons_the_group(

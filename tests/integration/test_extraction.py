@@ -9,7 +9,7 @@ from typing import Any, cast
 
 import pytest
 
-from service.adapters.db.database import Database, UnitOfWork, utcnow
+from service.adapters.db.database import Database, UnitOfWork
 from service.app.caches import CaptureSwitch
 from service.app.extraction import Outcome
 from service.core.model import Group, Scope, Source, Status
@@ -255,13 +255,13 @@ async def test_model_comes_from_the_setting_else_the_default(
     handler = make_handler(mysql_db)
     await handler.handle(make_event(user_id, 1, lastUserMessage=said(f"m{user_id}")))
     async with mysql_db.transaction() as uow:
-        await uow.accounts.set_extraction_model("openai/admin-chosen", utcnow())
+        await uow.accounts.set_extraction_model("openai/admin-chosen", mysql_db.now())
         await uow.commit()
     try:
         await handler.handle(make_event(user_id, 2, lastUserMessage=said(f"m{user_id}")))
     finally:
         async with mysql_db.transaction() as uow:
-            await uow.accounts.set_extraction_model("", utcnow())
+            await uow.accounts.set_extraction_model("", mysql_db.now())
             await uow.commit()
     assert [r.model for r in llm.calls(f"m{user_id}")] == ["scripted-default", "admin-chosen"]
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from service.adapters.db.database import Database, utcnow
+from service.adapters.db.database import Database
 from service.adapters.db.tables import memory_event_ledger, memory_history, memory_item
-from service.core.model import USER_GROUP, Group, Source, Status
+from service.core.model import USER_GROUP, DismissedBy, Group, Source, Status
 from service.core.normalize import dedup_hash
 
 
@@ -65,7 +65,7 @@ async def ledger_of_user(db: Database, user_id: int) -> list[dict[str, Any]]:
 
 async def set_capture(db: Database, user_id: int, enabled: bool = True) -> None:
     async with db.transaction() as uow:
-        await uow.accounts.set_capture(user_id, enabled, utcnow())
+        await uow.accounts.set_capture(user_id, enabled, db.now())
         await uow.commit()
 
 
@@ -77,14 +77,15 @@ async def seed(
     source: Source = Source.AUTO,
     status: Status = Status.ACTIVE,
     age_minutes: float = 0,
+    dismissed_by: DismissedBy = DismissedBy.USER,
 ) -> int:
-    when = utcnow() - timedelta(minutes=age_minutes)
+    when = db.now() - timedelta(minutes=age_minutes)
     async with db.transaction() as uow:
         row_id = await uow.memories.insert(
             user_id, group, content, dedup_hash(group.scope, group.project_key, content), source, None, when
         )
         if status is not Status.ACTIVE:
-            await uow.memories.set_status(user_id, row_id, status, when)
+            await uow.memories.set_status(user_id, row_id, status, when, dismissed_by)
         await uow.commit()
     return row_id
 
@@ -93,7 +94,7 @@ async def seed_many(
     db: Database, user_id: int, contents: list[str], group: Group = USER_GROUP, source: Source = Source.AUTO
 ) -> list[int]:
     """Bulk seed, oldest first (the first content gets the oldest updated_at)."""
-    now = utcnow()
+    now = db.now()
     rows = [
         {
             "user_id": user_id,

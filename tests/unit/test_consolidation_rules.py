@@ -27,7 +27,8 @@ ALIASES = {1: 101, 2: 102, 3: 103, 4: 104}
 
 def test_runs_when_all_three_conditions_hold() -> None:
     assert should_run(1, 151, {USER_GROUP: 10}, None, NOW, LIMITS) is None
-    assert should_run(1, 40, {USER_GROUP: 31}, NOW - timedelta(hours=25), NOW, LIMITS) is None
+    assert should_run(1, 40, {USER_GROUP: 31}, NOW - timedelta(hours=1), NOW, LIMITS) is None
+    assert should_run(1, 40, {USER_GROUP: 31}, NOW, NOW, LIMITS) is None  # due now
     assert should_run(1, 70, {USER_GROUP: 5, MAO: 61}, None, NOW, LIMITS) is None
 
 
@@ -45,9 +46,9 @@ def test_a_total_within_the_smallest_threshold_needs_no_group_counts() -> None:
     assert below_every_threshold(20, small_total) and not below_every_threshold(21, small_total)
 
 
-def test_within_the_cooldown_no_run() -> None:
+def test_before_the_due_time_no_run() -> None:
     assert (
-        should_run(1, 180, {USER_GROUP: 90}, NOW - timedelta(hours=23), NOW, LIMITS)
+        should_run(1, 180, {USER_GROUP: 90}, NOW + timedelta(minutes=1), NOW, LIMITS)
         is RunResult.SKIPPED_COOLDOWN
     )
 

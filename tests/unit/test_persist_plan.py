@@ -5,9 +5,19 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from service.core.comparison_set import ComparisonSet, build_comparison_set
-from service.core.model import USER_GROUP, Action, Candidate, Group, MemoryRow, Scope, Source, Status
+from service.core.model import (
+    USER_GROUP,
+    Action,
+    Candidate,
+    DismissedBy,
+    Group,
+    MemoryRow,
+    Scope,
+    Source,
+    Status,
+)
 from service.core.normalize import dedup_hash
-from service.core.persist_plan import Demote, Insert, PoolState, Result, Touch, Update, decide
+from service.core.persist_plan import Demote, Insert, PoolState, Restore, Result, Touch, Update, decide
 
 T0 = datetime(2026, 1, 1)
 MAO = Group(Scope.PROJECT, "mao")
@@ -20,6 +30,7 @@ def row(
     source: Source = Source.AUTO,
     status: Status = Status.ACTIVE,
     age: int = 0,
+    dismissed_by: DismissedBy | None = None,
 ) -> MemoryRow:
     return MemoryRow(
         id=id,
@@ -30,12 +41,13 @@ def row(
         status=status,
         dedup_hash=dedup_hash(group.scope, group.project_key, content),
         updated_at=T0 - timedelta(minutes=age),
+        dismissed_by=(dismissed_by or DismissedBy.USER) if status is Status.DISMISSED else None,
     )
 
 
 def state(rows: list[MemoryRow], active_count: int | None = None) -> PoolState:
     return PoolState(
-        auto_active={r.id: r for r in rows if r.source is Source.AUTO and r.status is Status.ACTIVE},
+        machine_active={r.id: r for r in rows if r.machine_active},
         by_hash={r.dedup_hash: r for r in rows},
         active_count=sum(r.status is Status.ACTIVE for r in rows) if active_count is None else active_count,
     )
@@ -60,10 +72,50 @@ def test_new_fact_is_inserted() -> None:
     assert plan.active_after == 1
 
 
-def test_exact_hash_hit_on_active_row_is_a_touch() -> None:
+def test_exact_hash_hit_on_a_machine_made_row_is_a_touch() -> None:
+    for source in (Source.AUTO, Source.CONSOLIDATED):
+        existing = row(7, "用中文写报告", source=source)
+        plan = decide([insert(" 用中文写报告 ")], comparison([]), None, state([existing]))
+        assert plan.results == [Result.TOUCHED] and plan.ops == [Touch(7)]
+
+
+def test_exact_hash_hit_on_a_manual_row_leaves_it_alone() -> None:
     existing = row(7, "用中文写报告", source=Source.MANUAL)
-    plan = decide([insert(" 用中文写报告 ")], comparison([]), None, state([existing]))
-    assert plan.results == [Result.TOUCHED] and plan.ops == [Touch(7)]
+    plan = decide([insert("用中文写报告")], comparison([]), None, state([existing]))
+    assert plan.results == [Result.MATCHED_MANUAL] and plan.ops == [] and plan.added == 0
+
+
+def test_a_fact_demoted_for_capacity_is_restored_when_it_comes_back() -> None:
+    demoted = row(7, "用中文写报告", status=Status.DISMISSED, dismissed_by=DismissedBy.CAPACITY)
+    plan = decide([insert("用中文写报告")], comparison([]), None, state([demoted]))
+    assert plan.results == [Result.RESTORED] and plan.ops == [Restore(7, "用中文写报告")]
+    assert plan.added == 1 and plan.active_after == 1
+
+
+def test_a_restore_at_the_cap_demotes_the_oldest_machine_made_row_first() -> None:
+    demoted = row(7, "用中文写报告", status=Status.DISMISSED, dismissed_by=DismissedBy.CAPACITY)
+    oldest, newer = row(1, "最旧", source=Source.CONSOLIDATED, age=90), row(2, "较新", age=10)
+    rows = [demoted, oldest, newer]
+    plan = decide([insert("用中文写报告")], comparison(rows), None, state(rows, active_count=200))
+    assert plan.ops == [Demote(1, "最旧"), Restore(7, "用中文写报告")]
+    assert plan.active_after == 200
+
+
+def test_a_restore_at_the_cap_without_a_machine_made_row_is_dropped() -> None:
+    demoted = row(7, "用中文写报告", status=Status.DISMISSED, dismissed_by=DismissedBy.CAPACITY)
+    rows = [demoted, row(1, "手写", source=Source.MANUAL)]
+    plan = decide([insert("用中文写报告")], comparison(rows), None, state(rows, active_count=200))
+    assert plan.results == [Result.DROPPED_NO_ROOM] and plan.ops == []
+
+
+def test_merged_rows_are_matched_updated_and_demoted_like_extracted_ones() -> None:
+    merged = row(1, "合并后的事实", source=Source.CONSOLIDATED, age=30)
+    existing = comparison([merged])
+    assert [r.id for r in existing.rows.values()] == [1]
+    plan = decide([ref(Action.UPDATE, 1, "合并后的完整事实")], existing, None, state([merged]))
+    assert plan.results == [Result.UPDATED]
+    plan = decide([insert("新事实")], existing, None, state([merged], active_count=200))
+    assert plan.ops[0] == Demote(1, "合并后的事实") and plan.results == [Result.INSERTED]
 
 
 def test_exact_hash_hit_on_dismissed_row_is_never_revived() -> None:
@@ -162,10 +214,13 @@ def test_the_same_new_fact_twice_in_one_answer_is_inserted_once() -> None:
     assert plan.inserted == 1 and plan.results == [Result.INSERTED, Result.TOUCHED]
 
 
-def test_a_row_demoted_earlier_in_the_same_plan_cannot_be_revived() -> None:
+def test_a_row_demoted_earlier_in_the_same_plan_comes_back_only_with_room() -> None:
     rows = [row(1, "旧", age=50)]
     plan = decide([insert("新"), insert("旧")], comparison(rows), None, state(rows, active_count=200))
-    assert plan.results == [Result.INSERTED, Result.DROPPED_DISMISSED]
+    assert plan.results == [Result.INSERTED, Result.DROPPED_NO_ROOM]
+    rows = [row(1, "旧", age=50), row(2, "更旧", age=90)]
+    plan = decide([insert("新"), insert("旧")], comparison(rows), None, state(rows, active_count=200))
+    assert plan.results == [Result.INSERTED, Result.TOUCHED]  # "更旧" made room; "旧" stayed ACTIVE
 
 
 def test_new_wording_of_a_dismissed_fact_can_be_inserted() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from hypothesis import given, settings
@@ -9,10 +10,12 @@ from hypothesis import strategies as st
 
 from service.core.comparison_set import build_comparison_set
 from service.core.model import (
+    MACHINE_SOURCES,
     MAX_ACTIVE_PER_USER,
     USER_GROUP,
     Action,
     Candidate,
+    DismissedBy,
     Group,
     MemoryRow,
     Scope,
@@ -20,7 +23,7 @@ from service.core.model import (
     Status,
 )
 from service.core.normalize import dedup_hash
-from service.core.persist_plan import Demote, Insert, PoolState, Touch, Update, decide
+from service.core.persist_plan import Demote, Insert, Plan, PoolState, Restore, Touch, Update, decide
 
 T0 = datetime(2026, 1, 1)
 GROUPS = [USER_GROUP, Group(Scope.PROJECT, "mao"), Group(Scope.PROJECT, "other")]
@@ -45,6 +48,8 @@ def pools(draw: st.DrawFn) -> list[MemoryRow]:
             dedup_hash=digest,
             updated_at=T0 - timedelta(minutes=draw(st.integers(0, 1000))),
         )
+        if rows[digest].status is Status.DISMISSED:
+            rows[digest] = replace(rows[digest], dismissed_by=draw(st.sampled_from(list(DismissedBy))))
     return list(rows.values())
 
 
@@ -74,7 +79,7 @@ def test_no_answer_breaks_the_pool_rules(
     active_count = max(active, min(extra_active, MAX_ACTIVE_PER_USER))
     existing = build_comparison_set(pool, project_key, [])
     state = PoolState(
-        auto_active={r.id: r for r in existing.rows.values()},
+        machine_active={r.id: r for r in existing.rows.values()},
         by_hash={r.dedup_hash: r for r in pool},
         active_count=active_count,
     )
@@ -84,15 +89,19 @@ def test_no_answer_breaks_the_pool_rules(
     legal = {r.id for r in existing.rows.values()}
     for op in plan.ops:
         if isinstance(op, Update | Demote):
-            # Only AUTO ACTIVE rows of the legal groups are ever rewritten or demoted.
-            assert op.row_id in legal
+            # Only machine-made ACTIVE rows of the legal groups are ever rewritten or demoted.
+            assert op.row_id in legal or restored(plan, op)
         if isinstance(op, Touch):
-            assert by_id[op.row_id].status is Status.ACTIVE  # never a DISMISSED row
-    # No MANUAL or CONSOLIDATED content changes, no DISMISSED row comes back.
-    changed = {op.row_id for op in plan.ops if isinstance(op, Update | Demote)}
-    assert all(by_id[i].source is Source.AUTO for i in changed)
+            assert by_id[op.row_id].machine_active  # never a DISMISSED or MANUAL row
+        if isinstance(op, Restore):
+            # Only a machine-made row's capacity demotion comes back; a user's dismissal never does.
+            assert by_id[op.row_id].dismissed_by is DismissedBy.CAPACITY
+            assert by_id[op.row_id].source in MACHINE_SOURCES
+    # No MANUAL content ever changes.
+    changed = {op.row_id for op in plan.ops if not isinstance(op, Insert)}
+    assert all(by_id[i].source in MACHINE_SOURCES for i in changed)
     # The cap: ACTIVE never grows past 200.
-    after = active_count + plan.inserted - plan.demoted
+    after = active_count + plan.added - plan.demoted
     assert after <= max(active_count, MAX_ACTIVE_PER_USER)
     # Every insert traces to a candidate, with a hash no row of the pool or the plan already has.
     inserted = [op for op in plan.ops if isinstance(op, Insert)]
@@ -105,3 +114,8 @@ def test_no_answer_breaks_the_pool_rules(
     final_hashes = list(final.values()) + [op.dedup_hash for op in inserted]
     assert len(set(final_hashes)) == len(final_hashes)  # uk_memory_dedup can never be violated
     assert len(plan.results) == len(answer)
+
+
+def restored(plan: Plan, op: Update | Demote) -> bool:
+    """A row restored earlier in the plan is ACTIVE again, so a later insert may demote it."""
+    return isinstance(op, Demote) and Restore(op.row_id, op.content) in plan.ops

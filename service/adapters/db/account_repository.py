@@ -112,27 +112,25 @@ class AccountRepository:
         return True
 
     async def ensure_user_state(self, user_id: int) -> None:
-        await insert_ignore(self.conn, memory_user_state, {"user_id": user_id, "last_consolidated_at": None})
+        await insert_ignore(self.conn, memory_user_state, {"user_id": user_id, "consolidation_due_at": None})
 
-    async def lock_user(self, user_id: int) -> datetime | None:
-        """Hold the user's row lock until the transaction ends; returns the last consolidation time."""
-        stmt = sa.select(memory_user_state.c.last_consolidated_at).where(
-            memory_user_state.c.user_id == user_id
-        )
-        value: datetime | None = await self.conn.scalar(for_update(stmt, self.conn))
-        return value
+    async def lock_user(self, user_id: int) -> None:
+        """Hold the user's row lock until the transaction ends."""
+        stmt = sa.select(memory_user_state.c.user_id).where(memory_user_state.c.user_id == user_id)
+        await self.conn.execute(for_update(stmt, self.conn))
 
-    async def last_consolidated(self, user_id: int) -> datetime | None:
+    async def consolidation_due(self, user_id: int) -> datetime | None:
+        """When consolidation may run next for the user; None: whenever its conditions hold."""
         value: datetime | None = await self.conn.scalar(
-            sa.select(memory_user_state.c.last_consolidated_at).where(memory_user_state.c.user_id == user_id)
+            sa.select(memory_user_state.c.consolidation_due_at).where(memory_user_state.c.user_id == user_id)
         )
         return value
 
-    async def set_consolidated(self, user_id: int, when: datetime) -> None:
+    async def set_consolidation_due(self, user_id: int, when: datetime) -> None:
         await self.conn.execute(
             memory_user_state.update()
             .where(memory_user_state.c.user_id == user_id)
-            .values(last_consolidated_at=when)
+            .values(consolidation_due_at=when)
         )
 
     async def extraction_model(self) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
+from datetime import datetime
 
 import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError, OperationalError
@@ -15,14 +15,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from service.adapters.db.account_repository import AccountRepository
 from service.adapters.db.memory_repository import MemoryRepository
+from service.core.clock import Clock, SystemClock
 
 # Errors after which the same work may succeed: the server went away, a deadlock, a lock wait timeout.
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (OperationalError, PoolTimeout, ConnectionError, OSError)
-
-
-def utcnow() -> datetime:
-    """Naive UTC, the form both dialects store."""
-    return datetime.now(UTC).replace(tzinfo=None)
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -44,14 +40,21 @@ class UnitOfWork:
 
 
 class Database:
-    def __init__(self, engine: AsyncEngine, read_engine: AsyncEngine | None = None) -> None:
+    def __init__(
+        self, engine: AsyncEngine, read_engine: AsyncEngine | None = None, clock: Clock | None = None
+    ) -> None:
         self.engine = engine
+        # Every timestamp the service writes comes from here.
+        self.clock: Clock = clock or SystemClock()
         self.read_engine = read_engine or engine
         self.is_sqlite = engine.dialect.name == "sqlite"
         # SQLite has a single writer; serializing writers here turns SQLITE_BUSY into a queue and
         # plays the part of MySQL's per-user row lock in the embedded setup.
         self._sqlite_writer = asyncio.Lock()
         self._ensured_users: set[int] = set()
+
+    def now(self) -> datetime:
+        return self.clock.now()
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[UnitOfWork]:

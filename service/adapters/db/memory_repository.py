@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service.adapters.db.tables import memory_history, memory_item
-from service.core.model import Group, MemoryRow, Scope, Source, Status
+from service.core.model import MACHINE_SOURCES, DismissedBy, Group, MemoryRow, Scope, Source, Status
 
 t = memory_item
 
@@ -27,18 +27,23 @@ def _groups_clause(with_project: bool) -> sa.ColumnElement[bool]:
 
 
 _USER_ID: sa.BindParameter[int] = sa.bindparam("user_id")
-_AUTO_ACTIVE = {
+_MACHINE_ACTIVE = {
     with_project: sa.select(t).where(
         t.c.user_id == _USER_ID,
         t.c.status == Status.ACTIVE.value,
-        t.c.source == Source.AUTO.value,
+        t.c.source.in_(sorted(s.value for s in MACHINE_SOURCES)),
         _groups_clause(with_project),
     )
     for with_project in (False, True)
 }
-_DISMISSED = {
+_USER_DISMISSED = {
     with_project: sa.select(t.c.content)
-    .where(t.c.user_id == _USER_ID, t.c.status == Status.DISMISSED.value, _groups_clause(with_project))
+    .where(
+        t.c.user_id == _USER_ID,
+        t.c.status == Status.DISMISSED.value,
+        t.c.dismissed_by == DismissedBy.USER.value,
+        _groups_clause(with_project),
+    )
     .order_by(t.c.updated_at.desc(), t.c.id.desc())
     .limit(sa.bindparam("limit", type_=sa.Integer))
     for with_project in (False, True)
@@ -77,7 +82,7 @@ _INJECTION_MYSQL = sa.union_all(_PROJECT_WINDOW, _USER_WINDOW)
 _INJECTION_SQLITE = sa.union_all(_PROJECT_WINDOW.subquery("p").select(), _USER_WINDOW.subquery("u").select())
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ItemRecord(MemoryRow):
     """A memory as the API shows it: the decision fields and where it came from."""
 
@@ -94,6 +99,7 @@ def to_record(r: Any) -> ItemRecord:
         source=Source(r.source),
         status=Status(r.status),
         dedup_hash=r.dedup_hash,
+        dismissed_by=DismissedBy(r.dismissed_by) if r.dismissed_by else None,
         origin_session_id=r.origin_session_id,
         created_at=r.created_at,
         updated_at=r.updated_at,
@@ -134,16 +140,19 @@ class MemoryRepository:
     def __init__(self, conn: AsyncConnection) -> None:
         self.conn = conn
 
-    async def auto_active_in_groups(self, user_id: int, project_key: str | None) -> list[MemoryRow]:
-        """The rows D13 may show the model and D14 may demote: AUTO, ACTIVE, USER or this project."""
+    async def machine_active_in_groups(self, user_id: int, project_key: str | None) -> list[MemoryRow]:
+        """The rows D13 may show the model, D14 may demote and D15 may merge: machine-made
+        (AUTO or CONSOLIDATED), ACTIVE, of the USER group or this project."""
         rows = await self.conn.execute(
-            _AUTO_ACTIVE[bool(project_key)], {"user_id": user_id, "project_key": project_key}
+            _MACHINE_ACTIVE[bool(project_key)], {"user_id": user_id, "project_key": project_key}
         )
         return [to_record(r) for r in rows]
 
     async def dismissed_contents(self, user_id: int, project_key: str | None, limit: int = 200) -> list[str]:
+        """The negative list of D13: what the user rejected; capacity demotions are not on it."""
         rows = await self.conn.execute(
-            _DISMISSED[bool(project_key)], {"user_id": user_id, "project_key": project_key, "limit": limit}
+            _USER_DISMISSED[bool(project_key)],
+            {"user_id": user_id, "project_key": project_key, "limit": limit},
         )
         return [r.content for r in rows]
 
@@ -219,11 +228,23 @@ class MemoryRepository:
             values["source"] = source.value
         await self.conn.execute(t.update().where(t.c.user_id == user_id, t.c.id == row_id).values(**values))
 
-    async def set_status(self, user_id: int, row_id: int, status: Status, now: datetime) -> None:
+    async def set_status(
+        self,
+        user_id: int,
+        row_id: int,
+        status: Status,
+        now: datetime,
+        dismissed_by: DismissedBy | None = None,
+    ) -> None:
+        """`dismissed_by` says why a row goes DISMISSED; it is cleared when the row is ACTIVE again."""
         await self.conn.execute(
             t.update()
             .where(t.c.user_id == user_id, t.c.id == row_id)
-            .values(status=status.value, updated_at=now)
+            .values(
+                status=status.value,
+                dismissed_by=dismissed_by.value if status is Status.DISMISSED and dismissed_by else None,
+                updated_at=now,
+            )
         )
 
     async def get(self, user_id: int, row_id: int) -> ItemRecord | None:

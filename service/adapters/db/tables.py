@@ -32,6 +32,8 @@ memory_item = sa.Table(
     sa.Column("content", sa.Text, nullable=False),
     sa.Column("source", sa.String(16), nullable=False, server_default="MANUAL"),
     sa.Column("status", sa.String(16), nullable=False, server_default="ACTIVE"),
+    # USER or CAPACITY while DISMISSED, NULL while ACTIVE.
+    sa.Column("dismissed_by", sa.String(16), nullable=True),
     sa.Column("dedup_hash", sa.CHAR(40), nullable=False),
     sa.Column("origin_session_id", sa.BigInteger, nullable=True),
     sa.Column("created_at", Timestamp, nullable=False),
@@ -40,6 +42,8 @@ memory_item = sa.Table(
     sa.Index("idx_memory_user", "user_id", "scope", "status", "updated_at"),
     sa.Index("idx_memory_project", "user_id", "project_key", "status", "updated_at"),
     sa.Index("idx_memory_recent", "user_id", "updated_at"),
+    # Ids are never reused: a deleted memory's history must never show up under a new one.
+    sqlite_autoincrement=True,
     **MYSQL_OPTS,
 )
 
@@ -77,9 +81,10 @@ memory_user_project = sa.Table(
 memory_user_state = sa.Table(
     "memory_user_state",
     metadata,
-    # The per-user lock row (SELECT … FOR UPDATE) and the consolidation cooldown (D15).
+    # The per-user lock row (SELECT … FOR UPDATE) and when consolidation may run next (D15): the
+    # cooldown after a call, or the shorter back-off after a failed one.
     sa.Column("user_id", sa.BigInteger, primary_key=True, autoincrement=False),
-    sa.Column("last_consolidated_at", Timestamp, nullable=True),
+    sa.Column("consolidation_due_at", Timestamp, nullable=True),
     **MYSQL_OPTS,
 )
 
@@ -107,6 +112,7 @@ memory_history = sa.Table(
     sa.Column("model", sa.String(128), nullable=True),
     sa.Column("created_at", Timestamp, nullable=False),
     sa.Index("idx_history_item", "user_id", "memory_id", "id"),
+    sqlite_autoincrement=True,
     **MYSQL_OPTS,
 )
 

@@ -103,6 +103,10 @@ class MemoryItem(CamelModel):
     content: str
     source: Literal["AUTO", "MANUAL", "CONSOLIDATED"]
     status: Literal["ACTIVE", "DISMISSED"]
+    dismissed_by: Literal["USER", "CAPACITY"] | None = Field(
+        description="why a DISMISSED memory is dismissed: the user, or room for newer facts (restored "
+        "when the fact comes back); null while ACTIVE"
+    )
     origin_session_id: int | None
     created_at: str
     updated_at: str
@@ -116,6 +120,7 @@ class MemoryItem(CamelModel):
             "content": item.content,
             "source": item.source.value,
             "status": item.status.value,
+            "dismissedBy": item.dismissed_by.value if item.dismissed_by else None,
             "originSessionId": item.origin_session_id,
             "createdAt": _iso(item.created_at),
             "updatedAt": _iso(item.updated_at),

@@ -209,11 +209,9 @@ async def test_settings_default_off_and_patch_persists(me: As) -> None:
 async def test_projects_come_from_events_and_project_memories_without_robot_keys(
     me: As, mysql_db: Database
 ) -> None:
-    from service.adapters.db.database import utcnow
-
     async with mysql_db.transaction() as uow:
         for key in ("zeta", "WEIXIN"):
-            await uow.accounts.remember_project(me.user_id, key, utcnow())
+            await uow.accounts.remember_project(me.user_id, key, mysql_db.now())
         await uow.commit()
     await me.create("项目事实", "PROJECT", "alpha")
     await me.create("机器人", "PROJECT", "FEISHU")

@@ -84,6 +84,7 @@ function memoryRow(item) {
   const meta = el("div", undefined, "meta");
   meta.append(el("span", SOURCE_LABEL[item.source] || item.source, `badge ${item.source}`));
   if (item.scope === "PROJECT") meta.append(el("span", `项目: ${item.projectKey}`, "project"));
+  if (item.dismissedBy === "CAPACITY") meta.append(el("span", "容量已满时自动收起", "capacity"));
   meta.append(el("time", new Date(item.updatedAt).toLocaleString()));
   const actions = el("span", undefined, "actions");
   actions.append(
