@@ -41,10 +41,10 @@ class MariaDbDatabase:
     def _admin(self) -> pymysql.connections.Connection:  # type: ignore[type-arg]
         return pymysql.connect(host=MYSQL_HOST, port=MYSQL_PORT, user="root", password="", autocommit=True)
 
-    def create(self) -> MariaDbDatabase:
+    def create(self, revision: str = "head") -> MariaDbDatabase:
         with self._admin() as conn, conn.cursor() as cur:
             cur.execute(f"CREATE DATABASE `{self.name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
-        upgrade_schema(self.url)
+        upgrade_schema(self.url, revision)
         return self
 
     def drop(self) -> None:

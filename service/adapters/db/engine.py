@@ -66,12 +66,13 @@ def sync_url(url: str) -> str:
     return parsed.set(drivername=driver).render_as_string(hide_password=False)
 
 
-def upgrade_schema(url: str) -> None:
-    """Apply every pending migration; a no-op when the schema is current, so safe to re-run."""
+def upgrade_schema(url: str, revision: str = "head") -> None:
+    """Apply every pending migration (up to `revision`); a no-op when the schema is current, so safe
+    to re-run."""
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         _ensure_parent(parsed.database)
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
     config.set_main_option("sqlalchemy.url", sync_url(url).replace("%", "%%"))
-    command.upgrade(config, "head")
+    command.upgrade(config, revision)
