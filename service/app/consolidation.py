@@ -86,8 +86,8 @@ class Consolidator:
             total = await uow.memories.active_count(user)
             sizes = {g: await uow.memories.active_in_group(user, g) for g in groups}
             due = await uow.accounts.consolidation_due(user)
-            inputs = {g: await _machine_rows(uow, user, g) for g in groups}
-        skip = should_run(extracted.inserted, total, sizes, due, self._db.now(), self._limits)
+            skip = should_run(extracted.inserted, total, sizes, due, self._db.now(), self._limits)
+            inputs = {g: await _machine_rows(uow, user, g) for g in groups} if skip is None else {}
         inputs = {g: rows for g, rows in inputs.items() if len(rows) >= 2}
         if skip is None and not inputs:
             skip = RunResult.SKIPPED_NOTHING_TO_MERGE

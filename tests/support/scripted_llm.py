@@ -50,8 +50,9 @@ class Request:
 
 
 class ScriptedLlm:
-    def __init__(self) -> None:
+    def __init__(self, record: bool = True) -> None:
         self._lock = threading.Lock()
+        self._record = record  # off for long runs: every prompt kept would fill the memory
         self.rules: list[Rule] = []
         self.requests: list[Request] = []
         self.default_delay_s = 0.0
@@ -96,7 +97,8 @@ class ScriptedLlm:
             model=str(body.get("model")), messages=list(body.get("messages", [])), at=time.time()
         )
         with self._lock:
-            self.requests.append(request)
+            if self._record:
+                self.requests.append(request)
             for rule in self.rules:
                 if rule.marker in request.text and (rule.times is None or rule.times > 0):
                     if rule.times is not None:

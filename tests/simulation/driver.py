@@ -1,0 +1,176 @@
+"""A simulated year: users, their conversations and their own edits, against the real service.
+
+The handler, the consolidator and the HTTP API run as in production, over a real database and the
+real litellm path to a scripted OpenAI-compatible server whose answers come from `SimModel`. Time
+comes from a hand-moved clock. Users run side by side, one step each per round; after every step
+the pool is checked (`PoolWatch`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import httpx
+
+from service.adapters.db.database import Database
+from service.app.consolidation import Consolidator
+from service.app.extraction import ExtractionHandler, Outcome
+from service.core.consolidation import RunResult
+from service.core.events import TaskFinishedEvent
+from tests.simulation.checker import Offered, PoolWatch, Row, identity_key
+from tests.simulation.model import STYLES, SimModel, conversation, wording
+from tests.support.clock import ManualClock
+from tests.support.tokens import bearer, token
+
+START = datetime(2027, 1, 1)
+SKIPPED = {RunResult.SKIPPED_THRESHOLD, RunResult.SKIPPED_COOLDOWN, RunResult.SKIPPED_NOTHING_TO_MERGE}
+YEAR = timedelta(days=365)
+PROJECTS = [None, "alpha", "beta"]
+FACTS = 400  # what a user has to say over a year; more than 200 fit, so the cap is reached
+
+
+@dataclass
+class Tally:
+    """What happened over the run, for the report."""
+
+    outcomes: Counter[str] = field(default_factory=Counter)
+    consolidations: Counter[str] = field(default_factory=Counter)
+    user_ops: Counter[str] = field(default_factory=Counter)
+    pool_by_month: dict[int, list[int]] = field(default_factory=dict)
+    duplicates: int = 0
+    steps_checked: int = 0
+
+
+@dataclass
+class SimUser:
+    user_id: int
+    rng: random.Random
+    watch: PoolWatch
+    facts: int
+    session: int = 0
+
+
+class Simulation:
+    def __init__(
+        self,
+        db: Database,
+        handler: ExtractionHandler,
+        consolidator: Consolidator,
+        http: httpx.AsyncClient,
+        model: SimModel,
+        clock: ManualClock,
+        users: list[int],
+        events: int,
+        seed: int,
+    ) -> None:
+        self.db, self.handler, self.consolidator, self.http = db, handler, consolidator, http
+        self.model, self.clock, self.events = model, clock, events
+        self.step_length = YEAR / events
+        ever_seen: set[int] = set()
+        self.users = [
+            SimUser(
+                u,
+                random.Random(seed * 1_000_003 + i),
+                PoolWatch(db, u, ever_seen, clock),
+                facts=FACTS,
+            )
+            for i, u in enumerate(users)
+        ]
+        self.tally = Tally()
+
+    async def run(self) -> Tally:
+        for user in self.users:
+            response = await self.http.patch(
+                "/api/v1/memory/settings", json={"autoCaptureEnabled": True}, headers=self._auth(user)
+            )
+            assert response.status_code == 200, response.text
+        for step in range(self.events):
+            await asyncio.gather(*(self._step(user, step) for user in self.users))
+            self.clock.advance(self.step_length * (0.5 + self.users[0].rng.random()))
+        for user in self.users:
+            self.tally.duplicates += _duplicates(await user.watch.step("user", full=True))
+        return self.tally
+
+    async def _step(self, user: SimUser, step: int) -> None:
+        if user.rng.random() < 0.08:
+            await self._user_acts(user)
+            await user.watch.step("user")
+        event, project_key = self._event(user)
+        self.model.last_extraction.pop(user.user_id, None)
+        outcome, extracted = await self.handler.handle(event)
+        self.tally.outcomes[outcome.value] += 1
+        answered = self.model.last_extraction.get(user.user_id)
+        offered = Offered(answered.text, project_key) if answered and outcome is Outcome.EXTRACTED else None
+        await user.watch.step("extraction", offered)
+        if extracted is not None:
+            results = await self.consolidator.run(extracted)
+            self.tally.consolidations.update(r.value for r in results)
+            if not all(r in SKIPPED for r in results):  # a skipped run reads and writes no memory
+                await user.watch.step("consolidation")
+        self.tally.steps_checked += 1
+        month = int((self.clock.now() - START) / YEAR * 12)
+        self.tally.pool_by_month.setdefault(month, []).append(sum(r.active for r in user.watch.rows.values()))
+
+    def _event(self, user: SimUser) -> tuple[TaskFinishedEvent, str | None]:
+        user.session += 1
+        rng = user.rng
+        # A few facts come up again and again, most only now and then: a skewed draw.
+        facts = sorted({int(user.facts * rng.random() ** 2) for _ in range(rng.choice([1, 1, 2, 3]))})
+        project_key = rng.choice(PROJECTS)
+        payload: dict[str, Any] = {
+            "eventId": f"sim-{user.user_id}-{user.session}",
+            "occurredAt": self.clock.now().isoformat() + "Z",
+            "sessionId": user.user_id * 100_000 + user.session,
+            "userId": user.user_id,
+            "phase": "COMPLETED" if rng.random() < 0.95 else "FAILED",
+            "sessionType": "MAIN" if rng.random() < 0.97 else "SUBAGENT",
+            "projectKey": project_key,
+            "lastUserMessage": conversation(user.user_id, facts),
+            "lastAssistantMessage": "好的,我会记住这些约定。",
+        }
+        return TaskFinishedEvent.model_validate_json(json.dumps(payload)), project_key
+
+    async def _user_acts(self, user: SimUser) -> None:
+        """Edit, dismiss, restore, delete or write a fact by hand, through the HTTP API."""
+        rng, rows = user.rng, list(user.watch.rows.values())
+        active = [r for r in rows if r.active]
+        dismissed = [r for r in rows if not r.active]
+        roll = rng.random()
+        if roll < 0.25 and active:
+            target = rng.choice(active)
+            kind, response = "edit", await self._patch(user, target, {"content": target.content + "(我改过)"})
+        elif roll < 0.5 and active:
+            kind, response = "dismiss", await self._patch(user, rng.choice(active), {"status": "DISMISSED"})
+        elif roll < 0.6 and dismissed:
+            kind, response = "restore", await self._patch(user, rng.choice(dismissed), {"status": "ACTIVE"})
+        elif roll < 0.8 and rows:
+            target = rng.choice(rows)
+            kind = "delete"
+            response = await self.http.delete(f"/api/v1/memory/{target.id}", headers=self._auth(user))
+        else:
+            fact = int(user.facts * rng.random())
+            content = wording(user.user_id, fact, rng.randrange(len(STYLES)))
+            kind = "create"
+            response = await self.http.post(
+                "/api/v1/memory", json={"scope": "USER", "content": content}, headers=self._auth(user)
+            )
+        assert response.status_code in {200, 201, 409}, response.text
+        self.tally.user_ops[f"{kind} {response.status_code}"] += 1
+
+    async def _patch(self, user: SimUser, row: Row, body: dict[str, Any]) -> httpx.Response:
+        return await self.http.patch(f"/api/v1/memory/{row.id}", json=body, headers=self._auth(user))
+
+    @staticmethod
+    def _auth(user: SimUser) -> dict[str, str]:
+        return bearer(token(user.user_id))
+
+
+def _duplicates(rows: dict[int, Row]) -> int:
+    keys = Counter(identity_key(r) for r in rows.values() if r.active)
+    return sum(n - 1 for n in keys.values() if n > 1)
