@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: install run test faults lint unit schemas bench clean
+.PHONY: install run test faults simulate lint unit schemas bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,15 @@ test: install
 faults: install
 	scripts/ensure-mariadb
 	$(BIN)/pytest tests/faults
+
+## The long-horizon simulation: 5 users × 2,000 events over a simulated year on MariaDB and on
+## SQLite, one process per dialect side by side; writes tests/simulation/REPORT.md.
+SIM := MEMORY_SIM_USERS=5 MEMORY_SIM_EVENTS=2000 $(BIN)/pytest -p no:cacheprovider tests/simulation/test_simulation.py
+simulate: install
+	scripts/ensure-mariadb
+	rm -f tests/output/simulation-*.json
+	$(SIM) -k mysql & mysql=$$!; $(SIM) -k sqlite; sqlite=$$?; wait $$mysql && test $$sqlite -eq 0
+	$(BIN)/python -m tests.simulation.report
 
 lint: install
 	$(BIN)/ruff check --fix service tests scripts migrations

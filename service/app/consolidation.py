@@ -224,5 +224,5 @@ ACTOR = "consolidator"
 async def _machine_rows(uow: UnitOfWork, user: int, group: Group) -> list[MemoryRow]:
     """Machine-made ACTIVE rows of the group: MANUAL and DISMISSED rows are never shown to, or
     changed by, consolidation (10.3); merged rows are merged again like any other."""
-    rows = await uow.memories.machine_active_in_groups(user, group.project_key or None)
-    return sorted((r for r in rows if r.group == group), key=lambda r: (r.updated_at, r.id))
+    rows = await uow.memories.machine_active_in_group(user, group)
+    return sorted(rows, key=lambda r: (r.updated_at, r.id))

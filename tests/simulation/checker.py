@@ -6,6 +6,7 @@ acted, and what the model offered. `PoolWatch` reads those from the database for
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -107,8 +108,13 @@ def replay(state: Replayed | None, entry: dict[str, Any]) -> Replayed:
     raise Violation(f"history action {action!r} cannot be replayed")
 
 
+@functools.lru_cache(maxsize=65_536)
+def _identity(content: str) -> str:
+    return identity(content)
+
+
 def identity_key(row: Row) -> tuple[str, str, str]:
-    return row.scope, row.project_key, identity(row.content)
+    return row.scope, row.project_key, _identity(row.content)
 
 
 def check_step(
@@ -200,7 +206,7 @@ def _no_freeze(before: dict[int, Row], after: dict[int, Row], offered: Offered) 
         if candidate.action is not Action.INSERT or candidate.content is None:
             continue
         group = candidate_group(candidate, offered.project_key)
-        key = (group.scope.value, group.project_key, identity(candidate.content))
+        key = (group.scope.value, group.project_key, _identity(candidate.content))
         known = [r for r in before.values() if identity_key(r) == key]
         if known and (known[0].active or known[0].dismissed_by != "CAPACITY" or not known[0].machine):
             continue  # a re-confirmation, or a fact the user owns or rejected

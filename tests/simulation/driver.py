@@ -12,6 +12,7 @@ import asyncio
 import json
 import random
 from collections import Counter
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -19,12 +20,13 @@ from typing import Any
 import httpx
 
 from service.adapters.db.database import Database
+from service.adapters.llm_client import LlmAnswer, LlmClient
 from service.app.consolidation import Consolidator
 from service.app.extraction import ExtractionHandler, Outcome
 from service.core.consolidation import RunResult
 from service.core.events import TaskFinishedEvent
 from tests.simulation.checker import Offered, PoolWatch, Row, identity_key
-from tests.simulation.model import STYLES, SimModel, conversation, wording
+from tests.simulation.model import STYLES, conversation, wording
 from tests.support.clock import ManualClock
 from tests.support.tokens import bearer, token
 
@@ -56,6 +58,30 @@ class SimUser:
     session: int = 0
 
 
+CURRENT_USER: ContextVar[int] = ContextVar("simulated_user")
+
+
+class RecordingLlm:
+    """The service's own client; what the model answered is kept for the checker and the report."""
+
+    def __init__(self, llm: LlmClient) -> None:
+        self._llm = llm
+        self.calls: Counter[str] = Counter()
+        self.last_extraction: dict[int, str] = {}
+        # The ten extraction prompts that showed the most memories, for the token count.
+        self.largest: list[tuple[int, list[dict[str, str]]]] = []
+
+    async def complete(self, purpose: str, model: str, messages: list[dict[str, str]]) -> LlmAnswer:
+        self.calls[purpose] += 1
+        answer = await self._llm.complete(purpose, model, messages)
+        if purpose == "extraction":
+            self.last_extraction[CURRENT_USER.get()] = answer.text
+            shown = len(json.loads(messages[-1]["content"])["existing"])
+            if len(self.largest) < 10 or shown > self.largest[0][0]:
+                self.largest = sorted([*self.largest, (shown, messages)], key=lambda p: p[0])[-10:]
+        return answer
+
+
 class Simulation:
     def __init__(
         self,
@@ -63,14 +89,14 @@ class Simulation:
         handler: ExtractionHandler,
         consolidator: Consolidator,
         http: httpx.AsyncClient,
-        model: SimModel,
+        llm: RecordingLlm,
         clock: ManualClock,
         users: list[int],
         events: int,
         seed: int,
     ) -> None:
         self.db, self.handler, self.consolidator, self.http = db, handler, consolidator, http
-        self.model, self.clock, self.events = model, clock, events
+        self.model, self.clock, self.events = llm, clock, events
         self.step_length = YEAR / events
         ever_seen: set[int] = set()
         self.users = [
@@ -98,6 +124,7 @@ class Simulation:
         return self.tally
 
     async def _step(self, user: SimUser, step: int) -> None:
+        CURRENT_USER.set(user.user_id)  # each user's step runs in its own task and context
         if user.rng.random() < 0.08:
             await self._user_acts(user)
             await user.watch.step("user")
@@ -106,7 +133,9 @@ class Simulation:
         outcome, extracted = await self.handler.handle(event)
         self.tally.outcomes[outcome.value] += 1
         answered = self.model.last_extraction.get(user.user_id)
-        offered = Offered(answered.text, project_key) if answered and outcome is Outcome.EXTRACTED else None
+        offered = (
+            Offered(answered, project_key) if answered is not None and outcome is Outcome.EXTRACTED else None
+        )
         await user.watch.step("extraction", offered)
         if extracted is not None:
             results = await self.consolidator.run(extracted)

@@ -14,10 +14,9 @@ import hashlib
 import json
 import random
 import re
-import threading
 import unicodedata
-from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any
 
 from tests.support.scripted_llm import Request
@@ -56,49 +55,15 @@ def _fact_of(content: str) -> tuple[int, int] | None:
 
 
 @dataclass
-class Answered:
-    """What the model said, for the invariant checker and the report."""
-
-    text: str
-    prompt_chars: int
-    shown: int
-
-
-@dataclass
 class SimModel:
+    """The answers; stateless, so it can serve from another process."""
+
     seed: int
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    last_extraction: dict[int, Answered] = field(default_factory=dict)
-    calls: Counter[str] = field(default_factory=Counter)
-    # The ten extraction prompts that showed the model the most memories, for the token count.
-    largest_prompts: list[tuple[int, list[dict[str, Any]]]] = field(default_factory=list)
 
     def __call__(self, request: Request) -> str:
         data = request.data
         rng = random.Random(hashlib.sha256(f"{self.seed}|{request.text}".encode()).digest())
-        if "memories" in data:
-            self._count("consolidation")
-            return self._consolidate(data, rng)
-        self._count("extraction")
-        answer = self._extract(data, rng)
-        user_match = USER.search(data["conversation"]["user"])
-        if user_match:
-            with self.lock:
-                self.last_extraction[int(user_match.group(1))] = Answered(
-                    answer, len(request.text), len(data["existing"])
-                )
-                self._keep_largest(len(data["existing"]), request.messages)
-        return answer
-
-    def _keep_largest(self, shown: int, messages: list[dict[str, Any]]) -> None:
-        if len(self.largest_prompts) < 10 or shown > self.largest_prompts[0][0]:
-            self.largest_prompts.append((shown, messages))
-            self.largest_prompts.sort(key=lambda p: p[0])
-            del self.largest_prompts[:-10]
-
-    def _count(self, purpose: str) -> None:
-        with self.lock:
-            self.calls[purpose] += 1
+        return self._consolidate(data, rng) if "memories" in data else self._extract(data, rng)
 
     def _extract(self, data: dict[str, Any], rng: random.Random) -> str:
         roll = rng.random()
@@ -110,11 +75,11 @@ class SimModel:
         if user_match is None:
             return "[]"
         user = int(user_match.group(1))
-        shown: dict[int, list[int]] = defaultdict(list)
+        shown: dict[int, list[tuple[int, str]]] = defaultdict(list)
         for entry in data["existing"]:
             parsed = _fact_of(entry["content"])
             if parsed:
-                shown[parsed[1]].append(entry["id"])
+                shown[parsed[1]].append((entry["id"], entry["content"]))
         dismissed = {p[1] for p in map(_fact_of, data["dismissed"]) if p}
         items = [
             item
@@ -131,7 +96,7 @@ class SimModel:
         return f"```json\n{text}\n```" if rng.random() < 0.1 else text
 
     def _about(
-        self, user: int, fact: int, aliases: list[int], dismissed: bool, rng: random.Random
+        self, user: int, fact: int, aliases: list[tuple[int, str]], dismissed: bool, rng: random.Random
     ) -> dict[str, Any] | None:
         kind = fact_type(fact)
         style = rng.randrange(len(STYLES))
@@ -146,7 +111,10 @@ class SimModel:
                 "content": self._lookalike(wording(user, fact, style), rng),
             }
         roll = rng.random()
-        alias = rng.choice(aliases)
+        alias, content = rng.choice(aliases)
+        if roll < 0.1:
+            # It echoes a stored memory as a new one, with a difference no reader can see.
+            return {"type": kind, "action": "insert", "content": self._lookalike(content, rng, always=True)}
         if roll < 0.5:
             return {"type": kind, "action": "touch", "existingId": alias}
         if roll < 0.7:
@@ -156,9 +124,9 @@ class SimModel:
         return {"type": kind, "action": "insert", "content": self._lookalike(wording(user, fact, style), rng)}
 
     @staticmethod
-    def _lookalike(text: str, rng: random.Random) -> str:
+    def _lookalike(text: str, rng: random.Random, always: bool = False) -> str:
         """Sometimes the same words with invisible or full-width differences."""
-        roll = rng.random()
+        roll = rng.random() * (0.1 if always else 1.0)
         if roll < 0.05:
             return text.replace("的", "\u200b的", 1)
         if roll < 0.08:
@@ -189,3 +157,20 @@ class SimModel:
         if rng.random() < 0.03:
             ops.append({"op": "drop", "sourceIds": [len(data["memories"]) + 5]})  # an id it was not shown
         return json.dumps(ops, ensure_ascii=False)
+
+
+def main() -> None:
+    """`python -m tests.simulation.model SEED`: serve on loopback, print the base URL, stop at EOF."""
+    import sys
+
+    from tests.support.scripted_llm import ScriptedLlm
+
+    server = ScriptedLlm(record=False).start()
+    server.responder = SimModel(int(sys.argv[1]))
+    print(server.api_base, flush=True)
+    sys.stdin.read()
+    server.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -36,6 +36,13 @@ _MACHINE_ACTIVE = {
     )
     for with_project in (False, True)
 }
+_MACHINE_ACTIVE_IN_GROUP = sa.select(t).where(
+    t.c.user_id == _USER_ID,
+    t.c.status == Status.ACTIVE.value,
+    t.c.source.in_(sorted(s.value for s in MACHINE_SOURCES)),
+    t.c.scope == sa.bindparam("scope"),
+    t.c.project_key == sa.bindparam("project_key"),
+)
 _USER_DISMISSED = {
     with_project: sa.select(t.c.content)
     .where(
@@ -90,16 +97,24 @@ class ItemRecord(MemoryRow):
     created_at: datetime
 
 
+# Enum members by value: a dict lookup per column, not an Enum call, for the hundreds of rows a full
+# pool reads on every extraction.
+_SCOPES = {m.value: m for m in Scope}
+_SOURCES = {m.value: m for m in Source}
+_STATUSES = {m.value: m for m in Status}
+_DISMISSED_BY: dict[str | None, DismissedBy | None] = {None: None, **{m.value: m for m in DismissedBy}}
+
+
 def to_record(r: Any) -> ItemRecord:
     return ItemRecord(
         id=r.id,
-        scope=Scope(r.scope),
+        scope=_SCOPES[r.scope],
         project_key=r.project_key,
         content=r.content,
-        source=Source(r.source),
-        status=Status(r.status),
+        source=_SOURCES[r.source],
+        status=_STATUSES[r.status],
         dedup_hash=r.dedup_hash,
-        dismissed_by=DismissedBy(r.dismissed_by) if r.dismissed_by else None,
+        dismissed_by=_DISMISSED_BY[r.dismissed_by],
         origin_session_id=r.origin_session_id,
         created_at=r.created_at,
         updated_at=r.updated_at,
@@ -145,6 +160,14 @@ class MemoryRepository:
         (AUTO or CONSOLIDATED), ACTIVE, of the USER group or this project."""
         rows = await self.conn.execute(
             _MACHINE_ACTIVE[bool(project_key)], {"user_id": user_id, "project_key": project_key}
+        )
+        return [to_record(r) for r in rows]
+
+    async def machine_active_in_group(self, user_id: int, group: Group) -> list[MemoryRow]:
+        """One group's machine-made ACTIVE rows: what D15 consolidates."""
+        rows = await self.conn.execute(
+            _MACHINE_ACTIVE_IN_GROUP,
+            {"user_id": user_id, "scope": group.scope.value, "project_key": group.project_key},
         )
         return [to_record(r) for r in rows]
 

@@ -1,0 +1,135 @@
+"""The service's stack for the simulation: database, handler, consolidator, HTTP API, model, clock."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from service.adapters.db.engine import upgrade_schema
+from service.adapters.llm_client import LlmClient
+from service.app.caches import ProjectRecorder
+from service.app.consolidation import Consolidator, thresholds
+from service.app.extraction import ExtractionHandler
+from service.bootstrap import Container, Mode, build_container, build_http
+from service.config import Settings
+from tests.simulation.driver import START, RecordingLlm, Simulation, Tally
+from tests.support.clock import ManualClock
+from tests.support.processes import MariaDbDatabase
+from tests.support.tokens import SECRET
+
+SEED = int(os.environ.get("MEMORY_SIM_SEED", "20270101"))
+MODEL = "openai/gpt-4o-mini"
+
+
+@pytest.fixture(scope="session")
+def model_base() -> Iterator[str]:
+    """The seeded model in a process of its own, so its work runs beside the service's, not in it."""
+    server = subprocess.Popen(
+        [sys.executable, "-m", "tests.simulation.model", str(SEED)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(Path.cwd())},
+    )
+    assert server.stdout is not None
+    yield server.stdout.readline().strip()
+    server.communicate("", timeout=10)
+
+
+@dataclass
+class Stack:
+    container: Container
+    handler: ExtractionHandler
+    consolidator: Consolidator
+    llm: RecordingLlm
+    http: httpx.AsyncClient
+    clock: ManualClock
+
+    def simulation(self, users: list[int], events: int) -> Simulation:
+        return Simulation(
+            self.container.db,
+            self.handler,
+            self.consolidator,
+            self.http,
+            self.llm,
+            self.clock,
+            users,
+            events,
+            SEED,
+        )
+
+
+@asynccontextmanager
+async def service_stack(url: str, model_base: str) -> AsyncIterator[Stack]:
+    settings = Settings(  # type: ignore[call-arg]
+        _env_file=None,
+        database_url=url,
+        jwt_secret=SECRET,
+        default_model=MODEL,
+        llm_api_base=model_base,
+        llm_api_key="sim",
+        capture_cache_ttl_s=0,
+    )
+    container = build_container(settings)
+    clock = container.db.clock = ManualClock(START)
+    llm = RecordingLlm(
+        LlmClient(container.metrics, model_base, "sim", timeout_s=10, max_retries=2, retry_base_s=0.01)
+    )
+    handler = ExtractionHandler(
+        container.db,
+        llm,
+        container.metrics,
+        settings,
+        container.capture,
+        ProjectRecorder(container.db),
+        asyncio.Semaphore(settings.max_in_flight),
+    )
+    consolidator = Consolidator(container.db, llm, container.metrics, thresholds(settings))
+    app = build_http(container, Mode.API)
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api") as http:
+            yield Stack(container, handler, consolidator, llm, http, clock)
+    finally:
+        await container.db.dispose()
+
+
+def sqlite_url(directory: Path) -> str:
+    url = f"sqlite+aiosqlite:///{directory / 'sim.db'}"
+    upgrade_schema(url)
+    return url
+
+
+@pytest.fixture(params=["mysql", "sqlite"])
+async def stack(
+    request: pytest.FixtureRequest, mariadb: MariaDbDatabase, tmp_path: Path, model_base: str
+) -> AsyncIterator[Stack]:
+    url = mariadb.url if request.param == "mysql" else sqlite_url(tmp_path)
+    async with service_stack(url, model_base) as built:
+        yield built
+
+
+Simulate = Callable[..., Awaitable[Tally]]
+_runs = itertools.count()
+
+
+@pytest.fixture
+def simulate(tmp_path: Path, model_base: str, user_id: int) -> Simulate:
+    """A short simulated year on a fresh SQLite database."""
+
+    async def run(users: int = 1, events: int = 300) -> Tally:
+        directory = tmp_path / f"run{next(_runs)}"
+        directory.mkdir()
+        async with service_stack(sqlite_url(directory), model_base) as built:
+            return await built.simulation([user_id + i for i in range(users)], events).run()
+
+    return run

@@ -1,0 +1,73 @@
+"""`python -m tests.simulation.report`: tests/simulation/REPORT.md from the dialects' results."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tests.simulation.conftest import SEED
+
+OUTPUT = Path("tests/output")
+REPORT = Path(__file__).with_name("REPORT.md")
+
+
+def _report(results: dict[str, dict[str, Any]]) -> str:
+    first = next(iter(results.values()))
+    lines = [
+        "# Long-horizon simulation",
+        "",
+        f"{first['users']} users × {first['events']} events over a simulated year per dialect, seed {SEED}; "
+        "every invariant checked after every step (user action, extraction, consolidation). "
+        "Written by `make simulate`.",
+        "",
+        "| figure | " + " | ".join(results) + " |",
+        "|---|" + "---|" * len(results),
+    ]
+
+    def row(name: str, value: Any) -> None:
+        lines.append(f"| {name} | " + " | ".join(str(value(r)) for r in results.values()) + " |")
+
+    row("wall time (s)", lambda r: r["seconds"])
+    row("duplicates (same identity, one group, ACTIVE)", lambda r: r["duplicates"])
+    for key in ("inserted", "touched", "updated", "restored", "dropped_no_room"):
+        row(f"candidates {key}", lambda r, k=key: r["candidates"][k])
+    row("D14 demotions", lambda r: r["demotions"])
+    row("consolidation calls", lambda r: r["consolidation_calls"])
+    row("rows merged / dropped", lambda r: f"{r['merged_rows']} / {r['dropped_rows']}")
+    row(
+        "consolidation results",
+        lambda r: ", ".join(f"{k} {v}" for k, v in sorted(r["consolidations"].items())),
+    )
+    row("events", lambda r: ", ".join(f"{k} {v}" for k, v in sorted(r["outcomes"].items())))
+    row(
+        "user actions (HTTP status)",
+        lambda r: ", ".join(f"{k} {v}" for k, v in sorted(r["user_ops"].items())),
+    )
+    row(
+        "prompt tokens per extraction at the fullest comparison sets (10 largest)",
+        lambda r: f"{r['largest_prompt_tokens']} ({r['largest_prompt_shown']} memories shown)",
+    )
+    lines += ["", "Largest ACTIVE pool of any user, by month:", "", "| month | " + " | ".join(results) + " |"]
+    lines.append("|---|" + "---|" * len(results))
+    months = sorted({int(m) for r in results.values() for m in r["pool_by_month"]})
+    for month in months:
+        lines.append(
+            f"| {month + 1} | "
+            + " | ".join(str(r["pool_by_month"].get(str(month), "")) for r in results.values())
+            + " |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    results = {
+        path.stem.removeprefix("simulation-"): json.loads(path.read_text())
+        for path in sorted(OUTPUT.glob("simulation-*.json"))
+    }
+    REPORT.write_text(_report(results))
+    print(REPORT.read_text())
+
+
+if __name__ == "__main__":
+    main()
