@@ -15,6 +15,7 @@ import uvicorn
 from aiokafka import AIOKafkaConsumer
 from fastapi import FastAPI
 
+from service.adapters.circuit_breaker import BreakerState, CircuitBreaker
 from service.adapters.db.database import Database
 from service.adapters.db.engine import build_engine
 from service.adapters.kafka.dead_letters import DeadLetterPublisher, build_broker
@@ -90,6 +91,33 @@ def build_container(settings: Settings) -> Container:
     )
 
 
+def build_llm(settings: Settings, metrics: Metrics) -> LlmClient:
+    """One client and one circuit breaker per process: an outage is judged across all sessions."""
+
+    def breaker_changed(state: BreakerState) -> None:
+        metrics.llm_breaker.set(state.value)
+        if state is BreakerState.OPEN:
+            metrics.llm_breaker_opened.inc()
+        log.warning("llm_breaker_changed", state=state.name.lower())
+
+    breaker = CircuitBreaker(
+        settings.llm_breaker_failures,
+        settings.llm_breaker_open_s,
+        settings.llm_breaker_max_open_s,
+        on_change=breaker_changed,
+    )
+    return LlmClient(
+        metrics,
+        api_base=settings.llm_api_base,
+        api_key=settings.llm_api_key.get_secret_value() if settings.llm_api_key else None,
+        timeout_s=settings.llm_timeout_s,
+        max_retries=settings.llm_max_retries,
+        retry_base_s=settings.llm_retry_base_s,
+        breaker=breaker,
+        structured_output=settings.llm_structured_output,
+    )
+
+
 async def start_consumer(container: Container) -> None:
     settings = container.settings
     if settings.kafka_bootstrap is None:
@@ -106,14 +134,7 @@ async def start_consumer(container: Container) -> None:
     dead_letters = container.dead_letters = DeadLetterPublisher(broker, settings.dlq_topic)
     await broker.connect()
     container.closers.append(broker)
-    llm = LlmClient(
-        container.metrics,
-        api_base=settings.llm_api_base,
-        api_key=settings.llm_api_key.get_secret_value() if settings.llm_api_key else None,
-        timeout_s=settings.llm_timeout_s,
-        max_retries=settings.llm_max_retries,
-        retry_base_s=settings.llm_retry_base_s,
-    )
+    llm = build_llm(settings, container.metrics)
     handler = ExtractionHandler(
         container.db,
         llm,
@@ -123,7 +144,9 @@ async def start_consumer(container: Container) -> None:
         ProjectRecorder(container.db),
         extraction_slots=asyncio.Semaphore(settings.max_in_flight),
     )
-    container.consolidator = Consolidator(container.db, llm, container.metrics, thresholds(settings))
+    container.consolidator = Consolidator(
+        container.db, llm, container.metrics, thresholds(settings), settings.llm_consolidation_max_tokens
+    )
     processor = EventProcessor(
         handler, dead_letters, container.metrics, after_commit=container.consolidator.schedule
     )

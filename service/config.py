@@ -8,6 +8,8 @@ from typing import Annotated
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from service.adapters.llm_client import StructuredOutput
+
 DEFAULT_SQLITE_URL = f"sqlite+aiosqlite:///{Path('data') / 'mao-memory.db'}"
 
 
@@ -43,6 +45,14 @@ class Settings(BaseSettings):
     llm_timeout_s: float = Field(default=30.0, gt=0)
     llm_max_retries: int = Field(default=2, ge=0, le=10)
     llm_retry_base_s: float = Field(default=0.5, ge=0)
+    llm_structured_output: StructuredOutput = StructuredOutput.AUTO
+    # 3 facts x 120 characters (up to ~2 tokens each in CJK) plus JSON: ~850 tokens; a local server's
+    # default is unlimited, and one answer ran to the end of its context.
+    llm_max_tokens: int = Field(default=1024, ge=64)
+    llm_consolidation_max_tokens: int = Field(default=8192, ge=256)
+    llm_breaker_failures: int = Field(default=5, ge=1)
+    llm_breaker_open_s: float = Field(default=10.0, gt=0)
+    llm_breaker_max_open_s: float = Field(default=300.0, gt=0)
 
     robot_project_keys: Annotated[frozenset[str], NoDecode] = frozenset()
 

@@ -50,6 +50,38 @@ class Metrics:
         self.llm_tokens = Counter(
             f"{PREFIX}_llm_tokens_total", "LLM tokens by purpose and kind", ["purpose", "kind"], registry=r
         )
+        self.llm_cost = Counter(
+            f"{PREFIX}_llm_cost_usd",
+            "Estimated LLM cost in USD from litellm's local cost map (0 for models outside it)",
+            ["purpose"],
+            registry=r,
+        )
+        self.llm_prompt_chars = Histogram(
+            f"{PREFIX}_llm_prompt_chars",
+            "Characters sent to the model per call",
+            ["purpose"],
+            buckets=(500, 1000, 2000, 4000, 8000, 16000, 32000, 64000),
+            registry=r,
+        )
+        self.llm_mode_fallbacks = Counter(
+            f"{PREFIX}_llm_structured_output_fallbacks_total",
+            "Models found to refuse a structured-output mode, and the mode used instead",
+            ["from_mode", "to_mode"],
+            registry=r,
+        )
+        self.llm_breaker = Gauge(
+            f"{PREFIX}_llm_breaker_state",
+            "The model's circuit breaker: 0 closed, 1 half-open, 2 open",
+            registry=r,
+        )
+        self.llm_breaker_opened = Counter(
+            f"{PREFIX}_llm_breaker_opened_total", "Times the model's circuit breaker opened", registry=r
+        )
+        self.event_retries = Counter(
+            f"{PREFIX}_event_retries_total",
+            "Events tried again later because the model was unavailable",
+            registry=r,
+        )
         self.candidates = Counter(
             f"{PREFIX}_candidates_total",
             "Extracted candidates by action and result",
@@ -104,9 +136,19 @@ class Metrics:
         for outcome in Outcome:
             self.events.labels(outcome.value)
         for purpose in ("extraction", "consolidation"):
-            for result in ("ok", "timeout", "error", "invalid_json", "too_many_items"):
+            for result in (
+                "ok",
+                "timeout",
+                "error",
+                "rejected",
+                "unavailable",
+                "invalid_json",
+                "too_many_items",
+            ):
                 self.llm_calls.labels(purpose, result)
             self.llm_latency.labels(purpose)
+            self.llm_cost.labels(purpose)
+            self.llm_prompt_chars.labels(purpose)
             self.llm_retries.labels(purpose)
             for kind in ("prompt", "completion"):
                 self.llm_tokens.labels(purpose, kind)
@@ -117,7 +159,15 @@ class Metrics:
             self.consolidations.labels(run_result.value)
         for op in ("merged", "dropped"):
             self.consolidated_rows.labels(op)
-        for reason in ("invalid_json", "invalid_utf8", "schema", "too_large", "empty", "processing_error"):
+        for reason in (
+            "invalid_json",
+            "invalid_utf8",
+            "schema",
+            "too_large",
+            "empty",
+            "processing_error",
+            "model_rejected",
+        ):
             self.dead_letters.labels(reason)
         for path in ("llm", "skip"):
             self.processing_latency.labels(path)

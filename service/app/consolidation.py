@@ -9,11 +9,12 @@ import structlog
 
 from service.adapters.db.database import Database, UnitOfWork
 from service.adapters.db.memory_repository import HistoryEntry
-from service.adapters.llm_client import LlmError
+from service.adapters.llm_client import AnswerShape, LlmError, StructuredOutput
 from service.adapters.metrics import Metrics
 from service.app.extraction import Extracted, Llm
 from service.config import Settings
 from service.core.consolidation import (
+    ANSWER_SCHEMA,
     ConsolidationPlan,
     InvalidPlan,
     Merge,
@@ -43,7 +44,10 @@ def thresholds(settings: Settings) -> Thresholds:
 
 
 class Consolidator:
-    def __init__(self, db: Database, llm: Llm, metrics: Metrics, limits: Thresholds) -> None:
+    def __init__(
+        self, db: Database, llm: Llm, metrics: Metrics, limits: Thresholds, max_tokens: int = 8192
+    ) -> None:
+        self._shape = AnswerShape("operations", ANSWER_SCHEMA, max_tokens)
         self._db = db
         self._llm = llm
         self._metrics = metrics
@@ -119,9 +123,11 @@ class Consolidator:
         self, user: int, group: Group, rows: list[MemoryRow], model: str
     ) -> tuple[RunResult, bool]:
         """The group's result, and whether the model answered at all."""
-        messages, aliases = build_consolidation_messages(group, rows)
+        wrapped = self._llm.mode(model) is not StructuredOutput.OFF
+        messages, aliases = build_consolidation_messages(group, rows, wrapped)
         try:
-            answer = await self._llm.complete("consolidation", model, messages)
+            # Never waits for a closed breaker: an outage makes this run fail and back off instead.
+            answer = await self._llm.complete("consolidation", model, messages, self._shape, wait=False)
         except LlmError as exc:
             log.warning("consolidation_llm_failed", user_id=user, group=str(group), error=str(exc))
             return RunResult.ABANDONED_ERROR, False

@@ -13,14 +13,14 @@ import structlog
 
 from service.adapters.db.database import Database, UnitOfWork, is_transient
 from service.adapters.db.memory_repository import HistoryEntry
-from service.adapters.llm_client import LlmAnswer, LlmError
+from service.adapters.llm_client import AnswerShape, LlmAnswer, LlmError, StructuredOutput
 from service.adapters.metrics import Metrics
 from service.app.caches import CaptureSwitch, ProjectRecorder
 from service.config import Settings
 from service.core.comparison_set import EMPTY, ComparisonSet, build_comparison_set
 from service.core.events import TaskFinishedEvent
 from service.core.extraction_answer import AnswerError, ParsedAnswer, parse_extraction_answer
-from service.core.extraction_prompt import build_extraction_messages
+from service.core.extraction_prompt import ANSWER_SCHEMA, build_extraction_messages
 from service.core.filters import Skip, input_skip, trigger_skip
 from service.core.model import DismissedBy, Source, Status
 from service.core.persist_plan import (
@@ -52,7 +52,21 @@ class Outcome(StrEnum):
 
 
 class Llm(Protocol):
-    async def complete(self, purpose: str, model: str, messages: list[dict[str, str]]) -> LlmAnswer: ...
+    def mode(self, model: str) -> StructuredOutput: ...
+
+    async def complete(
+        self, purpose: str, model: str, messages: list[dict[str, str]], shape: AnswerShape, wait: bool = True
+    ) -> LlmAnswer: ...
+
+
+class ModelUnavailable(Exception):
+    """The model timed out, was rate-limited, failed or unreachable: the event stays unfinished
+    (no ledger row, offset not committed) and is tried again later."""
+
+
+class ModelRejected(Exception):
+    """The provider refused the request (a 4xx other than 429): a setting to fix, not an outage.
+    The event goes to the dead-letter topic with the provider's message, to be replayed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +102,7 @@ class ExtractionHandler:
         # database work as well as their model call, so a burst queues here, not on the connection
         # pool. Skips never take a slot, so they never queue behind model calls.
         self._extraction_slots = extraction_slots
+        self._shape = AnswerShape("memories", ANSWER_SCHEMA, settings.llm_max_tokens)
 
     async def warm(self, user_ids: Iterable[int]) -> None:
         """Read the capture switch of a fetched batch's users at once: the skip path's only lookup."""
@@ -130,15 +145,17 @@ class ExtractionHandler:
             model = configured or self._settings.default_model
             existing = await self._comparison_set(uow, event.user_id, project_key)
 
+        wrapped = self._llm.mode(model) is not StructuredOutput.OFF
         messages = build_extraction_messages(
-            event.last_user_message or "", event.last_assistant_message or "", project_key, existing
+            event.last_user_message or "", event.last_assistant_message or "", project_key, existing, wrapped
         )
         try:
-            answer = await self._llm.complete("extraction", model, messages)
+            answer = await self._llm.complete("extraction", model, messages, self._shape)
         except LlmError as exc:
-            log.warning("extraction_llm_failed", event_id=event.event_id, kind=exc.kind, error=str(exc))
-            recorded = await self._persist(event, project_key, model, existing, None)
-            return (Outcome.FAILED if recorded else Outcome.SKIPPED_DUPLICATE_EVENT), None
+            log.warning("extraction_llm_failed", event_id=event.event_id, kind=exc.kind, error=exc.detail)
+            if exc.retryable:
+                raise ModelUnavailable(exc.detail) from exc
+            raise ModelRejected(exc.detail) from exc
 
         parsed = parse_extraction_answer(answer.text)
         result = parsed.value if isinstance(parsed, AnswerError) else "ok"
@@ -150,6 +167,8 @@ class ExtractionHandler:
         )
         if plan is None:
             return Outcome.SKIPPED_DUPLICATE_EVENT, None
+        if isinstance(parsed, AnswerError):
+            return Outcome.FAILED, None  # the model answered, but nothing usable: finished without memory
         return Outcome.EXTRACTED, Extracted(event.user_id, project_key, model, plan.added, plan.active_after)
 
     async def _comparison_set(self, uow: UnitOfWork, user_id: int, project_key: str | None) -> ComparisonSet:
@@ -172,7 +191,8 @@ class ExtractionHandler:
         existing: ComparisonSet,
         answer: ParsedAnswer | None,
     ) -> Plan | None:
-        """Ledger row and memory writes in one transaction under the user's lock; None if already done."""
+        """Ledger row and memory writes in one transaction under the user's lock; None if already done.
+        `answer` None: the model answered something unusable; the event is finished without memory."""
         outcome = Outcome.EXTRACTED if answer is not None else Outcome.FAILED
         async with self._db.locked_user(event.user_id) as uow:
             now = self._db.now()

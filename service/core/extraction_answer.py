@@ -39,13 +39,34 @@ def strip_fence(text: str) -> str:
     return match.group(1) if match else text
 
 
+def answer_list(text: str, wrapper: str) -> list[object] | None:
+    """The answer's list: the seed's bare array, or the array under `wrapper` in an object (what
+    structured output asks for), inside a code fence or prose or not. None when there is none."""
+    text = strip_fence(text)
+    data = _first_json(text)
+    if isinstance(data, dict) and set(data) == {wrapper}:
+        data = data[wrapper]
+    return data if isinstance(data, list) else None
+
+
+def _first_json(text: str) -> object:
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        pass
+    decoder = json.JSONDecoder()
+    for start in sorted(i for i in (text.find("["), text.find("{")) if i >= 0):
+        try:
+            return decoder.raw_decode(text, start)[0]
+        except (ValueError, RecursionError):
+            continue
+    return None
+
+
 def parse_extraction_answer(text: str) -> ParsedAnswer | AnswerError:
     """Whole-answer guards first (bad JSON, not a list, over 3 items), then per-item guards."""
-    try:
-        data = json.loads(strip_fence(text))
-    except (ValueError, RecursionError):
-        return AnswerError.INVALID_JSON
-    if not isinstance(data, list):
+    data = answer_list(text, "memories")
+    if data is None:
         return AnswerError.INVALID_JSON
     if len(data) > MAX_EXTRACTED_ITEMS:
         return AnswerError.TOO_MANY_ITEMS

@@ -13,7 +13,7 @@ from aiokafka import ConsumerRecord
 from service.adapters.db.database import is_transient
 from service.adapters.kafka.dead_letters import DeadLetterPublisher
 from service.adapters.metrics import Metrics
-from service.app.extraction import Extracted, ExtractionHandler, Outcome
+from service.app.extraction import Extracted, ExtractionHandler, ModelRejected, ModelUnavailable, Outcome
 from service.core.events import TaskFinishedEvent, Undecodable, decode_event
 
 log = structlog.get_logger(__name__)
@@ -92,13 +92,24 @@ class EventProcessor:
     async def _handle(
         self, record: ConsumerRecord[bytes, bytes], event: TaskFinishedEvent
     ) -> tuple[Outcome, Extracted | None]:
-        """A database outage is waited out (offsets stay put); a bug gets three tries, then the DLQ."""
+        """A database or model outage is waited out (offsets stay put); a request the model rejects
+        goes to the DLQ with the provider's message; a bug gets three tries, then the DLQ."""
         delay, bug_attempts = 0.5, 0
         while True:
             try:
                 return await self._handler.handle(event)
             except asyncio.CancelledError:
                 raise
+            except ModelRejected as exc:
+                await self._dead_letter(record, "model_rejected", str(exc))
+                return Outcome.DEAD_LETTERED, None
+            except ModelUnavailable as exc:
+                # The circuit breaker holds further calls while the outage lasts; this only spaces
+                # the event's own tries.
+                self._metrics.event_retries.inc()
+                log.info(
+                    "event_retry_model_unavailable", event_id=event.event_id, error=str(exc), delay=delay
+                )
             except Exception as exc:
                 if is_transient(exc):
                     self._metrics.db_retries.inc()
@@ -109,8 +120,8 @@ class EventProcessor:
                     if bug_attempts >= MAX_BUG_ATTEMPTS:
                         await self._dead_letter(record, "processing_error", f"{type(exc).__name__}: {exc}")
                         return Outcome.DEAD_LETTERED, None
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, MAX_BACKOFF_S)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, MAX_BACKOFF_S)
 
     async def _dead_letter(self, record: ConsumerRecord[bytes, bytes], reason: str, detail: str) -> None:
         headers = {
@@ -132,4 +143,11 @@ class EventProcessor:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, MAX_BACKOFF_S)
         self._metrics.dead_letters.labels(reason).inc()
-        log.info("event_dead_lettered", reason=reason, partition=record.partition, offset=record.offset)
+        log.info(
+            "event_dead_lettered",
+            reason=reason,
+            error=detail[:300],
+            key=(record.key or b"").decode("utf-8", "replace"),
+            partition=record.partition,
+            offset=record.offset,
+        )

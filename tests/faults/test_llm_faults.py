@@ -1,4 +1,5 @@
-"""LLM faults, one test each: the event is finished without memory and counted, never retried forever."""
+"""LLM faults, one test each: an outage leaves the event unfinished for a later try (no ledger row);
+an unusable answer finishes it without memory; nothing is retried in a hot loop."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from service.adapters.db.database import Database
 from service.adapters.llm_client import LlmClient
 from service.adapters.metrics import Metrics
-from service.app.extraction import Outcome
+from service.app.extraction import ModelUnavailable, Outcome
 from tests.conftest import said
 from tests.faults.conftest import Report
 from tests.integration.conftest import HandlerFactory, make_event
@@ -29,7 +30,17 @@ async def extract(
     return outcome
 
 
-async def test_timeout_finishes_the_event_without_retrying(
+async def unfinished(
+    db: Database, make_handler: HandlerFactory, user_id: int, llm: LlmClient | None = None
+) -> None:
+    """The outage leaves the event as it was: no ledger row, no memory, to be tried again."""
+    event = make_event(user_id, lastUserMessage=said(f"m{user_id}"))
+    with pytest.raises(ModelUnavailable):
+        await make_handler(db, llm=llm).handle(event)
+    assert await ledger(db, event.event_id) == [] and await items(db, user_id) == []
+
+
+async def test_timeout_leaves_the_event_unfinished_without_retrying_at_once(
     mysql_db: Database, make_handler: HandlerFactory, llm: ScriptedLlm, user_id: int, report: Report
 ) -> None:
     await set_capture(mysql_db, user_id)
@@ -37,12 +48,15 @@ async def test_timeout_finishes_the_event_without_retrying(
     metrics = Metrics()
     client = LlmClient(metrics, llm.api_base, "k", timeout_s=0.5, max_retries=2, retry_base_s=0.01)
     started = time.perf_counter()
-    assert await extract(mysql_db, make_handler, user_id, llm=client) is Outcome.FAILED
+    await unfinished(mysql_db, make_handler, user_id, llm=client)
     assert time.perf_counter() - started < 1.4 and len(llm.calls(f"m{user_id}")) == 1
     assert metrics.llm_calls.labels("extraction", "timeout")._value.get() == 1
-    assert await items(mysql_db, user_id) == []
     report.add(
-        "LLM timeout", events=1, faults=1, rows_checked=1, note="one call, no retry, counted as timeout"
+        "LLM timeout",
+        events=1,
+        faults=1,
+        rows_checked=1,
+        note="one call, counted as timeout, event unfinished",
     )
 
 
@@ -74,14 +88,14 @@ async def test_5xx_is_retried_with_backoff_then_succeeds(
     report.add("LLM 502 twice, then OK", events=1, faults=2, rows_checked=1)
 
 
-async def test_5xx_beyond_the_retry_budget_is_a_counted_failure(
+async def test_5xx_beyond_the_retry_budget_leaves_the_event_unfinished(
     mysql_db: Database, make_handler: HandlerFactory, llm: ScriptedLlm, user_id: int, report: Report
 ) -> None:
     await set_capture(mysql_db, user_id)
     llm.script(f"m{user_id}", status=503)
-    assert await extract(mysql_db, make_handler, user_id) is Outcome.FAILED
-    assert len(llm.calls(f"m{user_id}")) == 3 and await items(mysql_db, user_id) == []
-    report.add("LLM 503 on every try", events=1, faults=3, rows_checked=1, note="3 calls, then failed")
+    await unfinished(mysql_db, make_handler, user_id)
+    assert len(llm.calls(f"m{user_id}")) == 3
+    report.add("LLM 503 on every try", events=1, faults=3, rows_checked=1, note="3 calls, event unfinished")
 
 
 async def test_connection_refused_is_a_counted_failure(
@@ -92,10 +106,10 @@ async def test_connection_refused_is_a_counted_failure(
     dead = LlmClient(
         metrics, f"http://127.0.0.1:{free_port()}/v1", "k", timeout_s=2, max_retries=2, retry_base_s=0.01
     )
-    assert await extract(mysql_db, make_handler, user_id, llm=dead) is Outcome.FAILED
+    await unfinished(mysql_db, make_handler, user_id, llm=dead)
     assert metrics.llm_retries.labels("extraction")._value.get() == 2
     assert metrics.llm_calls.labels("extraction", "error")._value.get() == 1
-    report.add("LLM connection refused", events=1, faults=3, rows_checked=1)
+    report.add("LLM connection refused", events=1, faults=3, rows_checked=1, note="event unfinished")
 
 
 @pytest.mark.parametrize(
@@ -103,11 +117,9 @@ async def test_connection_refused_is_a_counted_failure(
     [
         ("answer of 1 MB", {"reply": "[" + "x" * (1024 * 1024) + "]"}),
         ("invalid JSON", {"reply": "[{'type': 'user'"}),
-        ("JSON of the wrong shape", {"reply": {"memories": GOOD}}),
+        ("JSON of the wrong shape", {"reply": {"facts": GOOD}}),
         ("more than 3 items", {"reply": GOOD * 4}),
         ("items of 121 characters", {"reply": [{"type": "user", "content": "长" * 121}]}),
-        ("response cut mid-answer", {"reply": GOOD, "truncate": True}),
-        ("body that is not a completion", {"raw_body": b'{"id": 1, "choices": "nope"}'}),
     ],
 )
 async def test_broken_answers_leave_no_memory(
@@ -126,6 +138,30 @@ async def test_broken_answers_leave_no_memory(
     assert outcome in {Outcome.EXTRACTED, Outcome.FAILED}
     assert await items(mysql_db, user_id) == []
     report.add(f"LLM {name}", events=1, faults=1, rows_checked=1, note=f"outcome {outcome.value}")
+
+
+@pytest.mark.parametrize(
+    ("name", "rule"),
+    [
+        ("response cut mid-answer", {"reply": GOOD, "truncate": True}),
+        ("body that is not a completion", {"raw_body": b'{"id": 1, "choices": "nope"}'}),
+    ],
+)
+async def test_broken_responses_are_an_outage_not_an_answer(
+    mysql_db: Database,
+    make_handler: HandlerFactory,
+    llm: ScriptedLlm,
+    user_id: int,
+    report: Report,
+    name: str,
+    rule: dict[str, object],
+) -> None:
+    """No answer arrived, so nothing was decided: the event waits for a provider that answers."""
+    await set_capture(mysql_db, user_id)
+    reply = rule.pop("reply", "[]")
+    llm.script(f"m{user_id}", reply, **rule)
+    await unfinished(mysql_db, make_handler, user_id)
+    report.add(f"LLM {name}", events=1, faults=1, rows_checked=1, note="event unfinished")
 
 
 async def test_hostile_conversation_obeyed_by_the_model_stays_contained(

@@ -11,7 +11,7 @@ import pytest
 
 from service.adapters.db.database import Database, UnitOfWork
 from service.app.caches import CaptureSwitch
-from service.app.extraction import Outcome
+from service.app.extraction import ModelRejected, ModelUnavailable, Outcome
 from service.core.model import Group, Scope, Source, Status
 from tests.conftest import said
 from tests.integration.conftest import DEFAULT_MODEL, HandlerFactory, make_event
@@ -218,9 +218,10 @@ async def test_answers_dropped_as_a_whole_write_nothing(
     await set_capture(mysql_db, user_id)
     llm.script(f"m{user_id}", reply)
     event = make_event(user_id, lastUserMessage=said(f"m{user_id}"))
-    assert (await make_handler(mysql_db).handle(event))[0] is Outcome.EXTRACTED
+    expected = Outcome.EXTRACTED if reply == [] else Outcome.FAILED  # [] is a valid "nothing to keep"
+    assert (await make_handler(mysql_db).handle(event))[0] is expected
     assert await items(mysql_db, user_id) == []
-    assert len(await ledger(mysql_db, event.event_id)) == 1
+    assert [r["outcome"] for r in await ledger(mysql_db, event.event_id)] == [expected.value]
 
 
 async def test_an_item_over_120_characters_is_dropped_alone(
@@ -234,18 +235,45 @@ async def test_an_item_over_120_characters_is_dropped_alone(
     assert [i.content for i in await items(mysql_db, user_id)] == ["长" * 120]
 
 
-async def test_llm_failure_finishes_the_event_without_memory(
+async def test_a_model_outage_leaves_the_event_unfinished_for_a_later_try(
     mysql_db: Database, make_handler: HandlerFactory, llm: ScriptedLlm, user_id: int
 ) -> None:
     await set_capture(mysql_db, user_id)
-    llm.script(f"m{user_id}", status=500)
+    llm.script(f"m{user_id}", status=500, times=3)
+    llm.script(f"m{user_id}", [{"type": "user", "content": "恢复之后记住的事实"}])
     event = make_event(user_id, lastUserMessage=said(f"m{user_id}"))
+    handler = make_handler(mysql_db)
 
-    assert (await make_handler(mysql_db).handle(event))[0] is Outcome.FAILED
-
+    with pytest.raises(ModelUnavailable):
+        await handler.handle(event)
     assert len(llm.calls(f"m{user_id}")) == 3  # the first call and two bounded retries
-    assert await items(mysql_db, user_id) == []
+    assert await items(mysql_db, user_id) == [] and await ledger(mysql_db, event.event_id) == []
+
+    assert (await handler.handle(event))[0] is Outcome.EXTRACTED  # the later try
+    assert [i.content for i in await items(mysql_db, user_id)] == ["恢复之后记住的事实"]
+    assert [r["outcome"] for r in await ledger(mysql_db, event.event_id)] == ["extracted"]
+
+
+async def test_an_unusable_answer_finishes_the_event_without_memory(
+    mysql_db: Database, make_handler: HandlerFactory, llm: ScriptedLlm, user_id: int
+) -> None:
+    await set_capture(mysql_db, user_id)
+    llm.script(f"m{user_id}", "我记住了,不过不用 JSON。")
+    event = make_event(user_id, lastUserMessage=said(f"m{user_id}"))
+    assert (await make_handler(mysql_db).handle(event))[0] is Outcome.FAILED
     assert [r["outcome"] for r in await ledger(mysql_db, event.event_id)] == ["failed"]
+
+
+async def test_a_request_the_provider_rejects_is_not_retried_and_not_finished(
+    mysql_db: Database, make_handler: HandlerFactory, llm: ScriptedLlm, user_id: int
+) -> None:
+    await set_capture(mysql_db, user_id)
+    llm.script(f"m{user_id}", status=400)
+    event = make_event(user_id, lastUserMessage=said(f"m{user_id}"))
+    with pytest.raises(ModelRejected, match="400"):
+        await make_handler(mysql_db).handle(event)
+    assert len(llm.calls(f"m{user_id}")) <= 2  # a mode not yet answered may be tried once more, weaker
+    assert await ledger(mysql_db, event.event_id) == []
 
 
 async def test_model_comes_from_the_setting_else_the_default(

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from service.adapters.db.database import Database
-from service.adapters.llm_client import LlmAnswer, LlmClient
+from service.adapters.llm_client import AnswerShape, LlmAnswer, LlmClient, StructuredOutput
 from service.adapters.metrics import Metrics
 from service.app.caches import CaptureSwitch
 from service.app.consolidation import Consolidator
@@ -150,8 +150,13 @@ class UpdateWhileAnswering:
         self._llm = llm
         self._meanwhile = meanwhile
 
-    async def complete(self, purpose: str, model: str, messages: list[dict[str, str]]) -> LlmAnswer:
-        answer = await self._llm.complete(purpose, model, messages)
+    def mode(self, model: str) -> StructuredOutput:
+        return self._llm.mode(model)
+
+    async def complete(
+        self, purpose: str, model: str, messages: list[dict[str, str]], shape: AnswerShape, wait: bool = True
+    ) -> LlmAnswer:
+        answer = await self._llm.complete(purpose, model, messages, shape, wait)
         if purpose == "consolidation":
             await self._meanwhile()
         return answer

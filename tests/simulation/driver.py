@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 
 from service.adapters.db.database import Database
-from service.adapters.llm_client import LlmAnswer, LlmClient
+from service.adapters.llm_client import AnswerShape, LlmAnswer, LlmClient, StructuredOutput
 from service.app.consolidation import Consolidator
 from service.app.extraction import ExtractionHandler, Outcome
 from service.core.consolidation import RunResult
@@ -71,9 +71,14 @@ class RecordingLlm:
         # The ten extraction prompts that showed the most memories, for the token count.
         self.largest: list[tuple[int, list[dict[str, str]]]] = []
 
-    async def complete(self, purpose: str, model: str, messages: list[dict[str, str]]) -> LlmAnswer:
+    def mode(self, model: str) -> StructuredOutput:
+        return self._llm.mode(model)
+
+    async def complete(
+        self, purpose: str, model: str, messages: list[dict[str, str]], shape: AnswerShape, wait: bool = True
+    ) -> LlmAnswer:
         self.calls[purpose] += 1
-        answer = await self._llm.complete(purpose, model, messages)
+        answer = await self._llm.complete(purpose, model, messages, shape, wait)
         if purpose == "extraction":
             self.last_extraction[CURRENT_USER.get()] = answer.text
             shown = len(json.loads(messages[-1]["content"])["existing"])

@@ -38,6 +38,7 @@ class Request:
     model: str
     messages: list[dict[str, Any]]
     at: float
+    body: dict[str, Any] = field(default_factory=dict)  # the whole request: response_format, max_tokens…
 
     @property
     def text(self) -> str:
@@ -94,7 +95,7 @@ class ScriptedLlm:
 
     def _answer(self, body: dict[str, Any]) -> tuple[Rule | None, Request]:
         request = Request(
-            model=str(body.get("model")), messages=list(body.get("messages", [])), at=time.time()
+            model=str(body.get("model")), messages=list(body.get("messages", [])), at=time.time(), body=body
         )
         with self._lock:
             if self._record:
