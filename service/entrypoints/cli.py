@@ -1,9 +1,10 @@
-"""`mao-memory run | worker | api | migrate`."""
+"""`mao-memory run | worker | api | migrate | dlq replay`."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from datetime import UTC, datetime
 
 import uvloop
 from pydantic import ValidationError
@@ -20,6 +21,11 @@ def _load_settings() -> Settings:
         raise SystemExit(2) from None
 
 
+def _timestamp(value: str) -> datetime:
+    parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="mao-memory", description="Long-term memory service for Mao agents")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -27,6 +33,17 @@ def main(argv: list[str] | None = None) -> None:
     commands.add_parser("worker", help="the Kafka consumer only (with /healthz, /readyz, /metrics)")
     commands.add_parser("api", help="the HTTP sidecar only")
     commands.add_parser("migrate", help="apply pending schema migrations and exit")
+    dlq = commands.add_parser("dlq", help="the dead-letter topic").add_subparsers(
+        dest="dlq_command", required=True
+    )
+    replay_cmd = dlq.add_parser("replay", help="re-publish dead-lettered events to the main topic")
+    replay_cmd.add_argument("--reason", help="only this x-dlq-reason, e.g. model_rejected")
+    replay_cmd.add_argument(
+        "--since", type=_timestamp, help="only messages dead-lettered at or after this RFC 3339 time"
+    )
+    replay_cmd.add_argument(
+        "--dry-run", action="store_true", help="count what would be replayed, publish nothing"
+    )
     args = parser.parse_args(argv)
 
     settings = _load_settings()
@@ -35,6 +52,17 @@ def main(argv: list[str] | None = None) -> None:
 
         upgrade_schema(settings.database_url)
         print("mao-memory: schema is up to date")
+        return
+
+    if args.command == "dlq":
+        from service.adapters.kafka.replay import Selection, replay_dead_letters
+
+        bootstrap = settings.kafka_bootstrap or f"127.0.0.1:{settings.embedded_kafka_port}"
+        selection = Selection(args.reason, args.since)
+        report = uvloop.run(
+            replay_dead_letters(bootstrap, settings.dlq_topic, settings.kafka_topic, selection, args.dry_run)
+        )
+        print(report.as_json(args.dry_run))
         return
 
     from service.bootstrap import Mode, configure_logging, serve_forever

@@ -124,7 +124,10 @@ class EventProcessor:
             delay = min(delay * 2, MAX_BACKOFF_S)
 
     async def _dead_letter(self, record: ConsumerRecord[bytes, bytes], reason: str, detail: str) -> None:
+        # The original headers travel along, so a replay can restore them.
+        original = {k: v.decode("utf-8", "replace") for k, v in record.headers or ()}
         headers = {
+            **original,
             "x-dlq-reason": reason,
             "x-dlq-error": detail[:1000],
             "x-original-topic": record.topic,
