@@ -470,3 +470,69 @@ async def test_broker_restart_the_consumer_reconnects_and_carries_on(
     finally:
         service.stop()
         own.stop()
+
+
+async def test_a_model_outage_of_60_s_loses_nothing_and_applies_nothing_twice(
+    mariadb: MariaDbDatabase,
+    broker: TansuBroker,
+    llm: ScriptedLlm,
+    producer: AIOKafkaProducer,
+    mysql_db: Database,
+    user_id: int,
+    report: Report,
+) -> None:
+    """500 events of 100 users; every model call fails for 60 s, then the model recovers."""
+    users = [user_id + i for i in range(100)]
+    capturing = users[:60]  # the other 40 users' events are skips, which must keep flowing
+    for u in capturing:
+        await set_capture(mysql_db, u)
+    llm.responder = stream_responder
+    topics = Topics()
+    env = {"MEMORY_LLM_BREAKER_OPEN_S": "5", "MEMORY_LLM_BREAKER_MAX_OPEN_S": "20"}
+    service = worker(mariadb, broker, llm, topics, **env).start()
+    try:
+        events = stream(users, 5)
+        await publish_many(producer, topics.events, events[:100])
+        await wait_ledger(mysql_db, capturing, 1)
+        outage = llm.script("", status=503)  # every request, whatever it says
+        started = time.time()
+        await publish_many(producer, topics.events, events[100:])
+        skips_expected = 40 * 5
+        skipped = await eventually(
+            lambda: asyncio.to_thread(
+                service.metric, "mao_memory_events_total", outcome="skipped_capture_off"
+            ),
+            lambda n: n >= skips_expected,
+            timeout_s=50,
+        )
+        skips_during = time.time() - started
+        await asyncio.sleep(max(0.0, 60 - (time.time() - started)))
+        llm.remove(outage)
+        ended = time.time()
+        opened = service.metric("mao_memory_llm_breaker_opened_total")
+        done = await wait_ledger(mysql_db, capturing, 5, timeout_s=120)
+        state_after = service.metric("mao_memory_llm_breaker_state")
+    finally:
+        service.stop()
+    calls = [r for r in llm.requests if started <= r.at <= ended]
+    settled = [r for r in calls if r.at >= started + 15]  # by then the breaker had opened
+    assert skipped >= skips_expected and skips_during < 60  # skips flowed during the outage
+    assert Counter(r["event_id"] for r in done) == Counter(
+        e["eventId"] for e in events if e["userId"] in capturing
+    )
+    assert all(r["outcome"] == "extracted" for r in done)
+    for u in capturing:  # as an uninterrupted run: facts 0-3 of each user, once each
+        assert sorted(i.content for i in await items(mysql_db, u)) == [f"用户{u}的事实{k}" for k in range(4)]
+    assert opened >= 1 and state_after == 0
+    assert len(settled) <= 15, f"{len(settled)} model calls while the breaker was open"
+    report.add(
+        "model outage of 60 s (503 on every call)",
+        events=len(events),
+        faults=len(calls),
+        rows_checked=len(done),
+        note=(
+            f"skips done {skips_during:.0f} s into the outage; breaker opened {opened:.0f}×; "
+            f"{len(calls)} calls during the outage, {len(settled)} of them after its first 15 s (probes); "
+            "every capture-on event extracted once after recovery, rows equal an uninterrupted run"
+        ),
+    )

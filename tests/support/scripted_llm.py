@@ -89,6 +89,10 @@ class ScriptedLlm:
             self.rules.append(rule)
         return rule
 
+    def remove(self, rule: Rule) -> None:
+        with self._lock:
+            self.rules.remove(rule)
+
     def calls(self, marker: str) -> list[Request]:
         with self._lock:
             return [r for r in self.requests if marker in r.text]
