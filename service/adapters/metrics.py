@@ -155,6 +155,8 @@ class Metrics:
         for action in Action:
             for candidate_result in Result:
                 self.candidates.labels(action.value, candidate_result.value)
+        for weaker in (("json_schema", "json_object"), ("json_object", "off")):
+            self.llm_mode_fallbacks.labels(*weaker)
         for run_result in RunResult:
             self.consolidations.labels(run_result.value)
         for op in ("merged", "dropped"):
