@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: install run test faults simulate lint unit schemas bench clean
+.PHONY: install run test faults simulate test-model lint unit schemas bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,13 @@ simulate: install
 	rm -f tests/output/simulation-*.json
 	$(SIM) -k mysql & mysql=$$!; $(SIM) -k sqlite; sqlite=$$?; wait $$mysql && test $$sqlite -eq 0
 	$(BIN)/python -m tests.simulation.report
+
+## Opt-in: the extraction path against a real model server (llama.cpp serving SmolLM2-135M);
+## the first run builds llama-cpp-python (7-12 minutes on 2 cores). Writes tests/output/model-run.json.
+test-model: install
+	scripts/ensure-mariadb
+	scripts/ensure-model-server
+	MEMORY_TEST_MODEL=1 $(BIN)/pytest -p no:cacheprovider tests/model -s
 
 lint: install
 	$(BIN)/ruff check --fix service tests scripts migrations

@@ -41,7 +41,8 @@ def make_handler(llm: ScriptedLlm, llm_client: LlmClient, metrics: Metrics) -> H
         slots: int = 8,
         **overrides: Any,
     ) -> ExtractionHandler:
-        settings = Settings(_env_file=None, default_model=DEFAULT_MODEL, capture_cache_ttl_s=0, **overrides)  # type: ignore[call-arg]
+        values = {"default_model": DEFAULT_MODEL, "capture_cache_ttl_s": 0} | overrides
+        settings = Settings(_env_file=None, **values)  # type: ignore[call-arg]
         return ExtractionHandler(
             db,
             llm or llm_client,
