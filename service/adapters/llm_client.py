@@ -64,6 +64,14 @@ class AnswerShape:
     max_tokens: int
 
 
+@dataclass(frozen=True, slots=True)
+class _Call:
+    purpose: str
+    model: str
+    messages: list[dict[str, str]]
+    shape: AnswerShape
+
+
 def import_litellm() -> Any:
     """Import once, configured for a closed network (no cost-map download, no debug banners)."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -117,7 +125,7 @@ class LlmClient:
             self._metrics.llm_calls.labels(purpose, "unavailable").inc()
             raise LlmError("unavailable", "the model's circuit breaker is open", retryable=True)
         try:
-            answer = await self._with_fallback(purpose, model, messages, shape)
+            answer = await self._with_fallback(_Call(purpose, model, messages, shape))
         except LlmError as exc:
             if exc.retryable:
                 self._breaker.failed()
@@ -130,17 +138,16 @@ class LlmClient:
         self._breaker.succeeded()
         return answer
 
-    async def _with_fallback(
-        self, purpose: str, model: str, messages: list[dict[str, str]], shape: AnswerShape
-    ) -> LlmAnswer:
+    async def _with_fallback(self, call: _Call) -> LlmAnswer:
         """A provider that refuses a structured-output mode is found out on the model's first calls:
         a 4xx (or, for a JSON schema, a 5xx) to a mode not yet answered moves to the weaker mode at
         once, without the retries, and the weaker mode is kept for the model if it is answered."""
+        model = call.model
         mode = self.mode(model)
         while True:
             confirmed = (model, mode) in self._confirmed
             try:
-                answer = await self._with_retries(purpose, model, messages, shape, mode, confirmed)
+                answer = await self._with_retries(call, mode, confirmed)
                 break
             except LlmError as exc:
                 weaker = _WEAKER.get(mode)
@@ -152,19 +159,11 @@ class LlmClient:
         self._modes[model] = mode
         return answer
 
-    async def _with_retries(
-        self,
-        purpose: str,
-        model: str,
-        messages: list[dict[str, str]],
-        shape: AnswerShape,
-        mode: StructuredOutput,
-        confirmed: bool,
-    ) -> LlmAnswer:
+    async def _with_retries(self, call: _Call, mode: StructuredOutput, confirmed: bool) -> LlmAnswer:
         attempt = 0
         while True:
             try:
-                return await self._once(purpose, model, messages, shape, mode)
+                return await self._once(call, mode)
             except LlmError:
                 raise
             except Exception as exc:
@@ -173,20 +172,14 @@ class LlmClient:
                 if not confirmed and _refuses_mode(mode, error):
                     delay = None  # find out about the mode now, not after the retries
                 if delay is None or attempt >= self._max_retries:
-                    self._metrics.llm_calls.labels(purpose, error.kind).inc()
+                    self._metrics.llm_calls.labels(call.purpose, error.kind).inc()
                     raise error from exc
-                self._metrics.llm_retries.labels(purpose).inc()
+                self._metrics.llm_retries.labels(call.purpose).inc()
                 attempt += 1
                 await asyncio.sleep(delay)
 
-    async def _once(
-        self,
-        purpose: str,
-        model: str,
-        messages: list[dict[str, str]],
-        shape: AnswerShape,
-        mode: StructuredOutput,
-    ) -> LlmAnswer:
+    async def _once(self, call: _Call, mode: StructuredOutput) -> LlmAnswer:
+        purpose, model, messages, shape = call.purpose, call.model, call.messages, call.shape
         started = time.perf_counter()
         self._metrics.llm_prompt_chars.labels(purpose).observe(sum(len(m["content"]) for m in messages))
         extra = {"response_format": response_format(mode, shape)} if mode is not StructuredOutput.OFF else {}
