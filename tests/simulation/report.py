@@ -48,7 +48,12 @@ def _report(results: dict[str, dict[str, Any]]) -> str:
         "prompt tokens per extraction at the fullest comparison sets (10 largest)",
         lambda r: f"{r['largest_prompt_tokens']} ({r['largest_prompt_shown']} memories shown)",
     )
-    lines += ["", "Largest ACTIVE pool of any user, by month:", "", "| month | " + " | ".join(results) + " |"]
+    lines += [
+        "",
+        "ACTIVE memories per user after each step, by month (mean / largest):",
+        "",
+        "| month | " + " | ".join(results) + " |",
+    ]
     lines.append("|---|" + "---|" * len(results))
     months = sorted({int(m) for r in results.values() for m in r["pool_by_month"]})
     for month in months:

@@ -60,7 +60,9 @@ def _summary(tally: Tally, stack: Stack, elapsed: float) -> dict[str, Any]:
         "users": USERS,
         "events": EVENTS,
         "seconds": round(elapsed, 1),
-        "pool_by_month": {m: max(v) for m, v in sorted(tally.pool_by_month.items())},
+        "pool_by_month": {
+            m: f"{sum(v) / len(v):.0f} / {max(v)}" for m, v in sorted(tally.pool_by_month.items())
+        },
         "duplicates": tally.duplicates,
         "outcomes": dict(tally.outcomes),
         "candidates": {
