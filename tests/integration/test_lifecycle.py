@@ -289,7 +289,7 @@ async def test_no_call_no_cooldown_and_a_failed_call_backs_off_for_an_hour(
         assert await uow.accounts.consolidation_due(user_id) is None  # nothing claimed
 
     await seed(any_db, user_id, f"{marker} 第二条自动事实")
-    llm.script(marker, status=400, times=1)
+    llm.script(marker, status=503, times=3)  # the call and its two retries
     assert await consolidator.run(extracted(user_id)) == [RunResult.ABANDONED_ERROR]
     async with any_db.read() as uow:
         assert await uow.accounts.consolidation_due(user_id) == clock.now() + timedelta(hours=1)
@@ -301,7 +301,7 @@ async def test_no_call_no_cooldown_and_a_failed_call_backs_off_for_an_hour(
     assert await consolidator.run(extracted(user_id)) == [RunResult.APPLIED]
     async with any_db.read() as uow:
         assert await uow.accounts.consolidation_due(user_id) == clock.now() + timedelta(hours=24)
-    assert len(llm.calls(marker)) == 2
+    assert len(llm.calls(marker)) == 3 + 1
 
 
 async def test_concurrent_runs_claim_the_cooldown_once(
