@@ -116,3 +116,11 @@ def test_the_validator_accepts_only_plans_that_keep_every_rule(answer: object) -
     assert set(used) <= set(ALIASES.values())  # only the group's own rows
     assert all(len(m.source_ids) >= 2 for m in plan.merges)
     assert all(0 < len(m.content) <= 120 and "\n" not in m.content for m in plan.merges)
+
+
+def test_a_wrapped_or_fenced_plan_parses_like_the_bare_array() -> None:
+    ops = [{"op": "merge", "sourceIds": [1, 2], "content": "合并"}, {"op": "drop", "sourceIds": [3]}]
+    bare = parse_plan(json.dumps(ops), ALIASES)
+    assert parse_plan(json.dumps({"operations": ops}), ALIASES) == bare
+    assert parse_plan("```json\n" + json.dumps({"operations": ops}) + "\n```", ALIASES) == bare
+    assert bare.merges[0].source_ids == (101, 102) and bare.drops == [103]
