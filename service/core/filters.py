@@ -6,7 +6,7 @@ from enum import StrEnum
 
 from service.core.events import TaskFinishedEvent
 from service.core.model import MIN_USER_MESSAGE_CHARS
-from service.core.normalize import identity
+from service.core.normalize import has_visible_text, identity
 
 EXCLUDED_SESSION_TYPES = frozenset({"SUBAGENT", "SIDE_TASK"})
 
@@ -37,6 +37,6 @@ def input_skip(event: TaskFinishedEvent) -> Skip | None:
     """D8 (both messages present) and D11 (a user message under 20 visible characters: its identity)."""
     if len(identity(event.last_user_message or "")) < MIN_USER_MESSAGE_CHARS:
         return Skip.SHORT
-    if not identity(event.last_assistant_message or ""):
+    if not has_visible_text(event.last_assistant_message or ""):
         return Skip.SHORT
     return None

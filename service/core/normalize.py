@@ -18,6 +18,7 @@ from service.core.model import Scope
 
 _WHITESPACE = re.compile(r"\s+")
 _BREAKS = frozenset({"Cc", "Zl", "Zp"})
+_INVISIBLE = _BREAKS | {"Cf"}
 _JOINERS = frozenset({"\u200c", "\u200d"})
 # What a ZWJ/ZWNJ may sit between and still change how the text renders.
 _JOINABLE = ("L", "M", "N", "So", "Sk")
@@ -50,6 +51,12 @@ def clean_content(text: str) -> str:
         elif category != "Cf" or (ch in _JOINERS and 0 < i < last and _joins(kept, text[i + 1])):
             kept.append(ch)
     return normalize("".join(kept))
+
+
+def has_visible_text(text: str) -> bool:
+    """Whether `identity(text)` is non-empty, found at the first visible character instead of
+    cleaning the whole text (a long assistant reply on every extraction)."""
+    return any(not ch.isspace() and unicodedata.category(ch) not in _INVISIBLE for ch in text)
 
 
 def identity(text: str) -> str:

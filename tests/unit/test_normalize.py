@@ -4,7 +4,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from service.core.model import Scope
-from service.core.normalize import clean_content, dedup_hash, normalize
+from service.core.normalize import clean_content, dedup_hash, has_visible_text, identity, normalize
 
 
 def test_normalize_trims_and_folds_every_whitespace_run() -> None:
@@ -38,3 +38,8 @@ def test_clean_content_leaves_no_line_break_or_invisible_character(text: str) ->
     cleaned = clean_content(text)
     assert not {unicodedata.category(ch) for ch in cleaned} & {"Cc", "Cf", "Zl", "Zp"}
     assert cleaned == normalize(cleaned)
+
+
+@given(st.text())
+def test_visible_text_is_a_non_empty_identity(text: str) -> None:
+    assert has_visible_text(text) == bool(identity(text))
