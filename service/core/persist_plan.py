@@ -97,10 +97,6 @@ class Plan:
     active_after: int = 0  # the user's ACTIVE rows once the ops are applied
 
     @property
-    def inserted(self) -> int:
-        return sum(isinstance(op, Insert) for op in self.ops)
-
-    @property
     def demoted(self) -> int:
         return sum(isinstance(op, Demote) for op in self.ops)
 

@@ -27,21 +27,22 @@ def _groups_clause(with_project: bool) -> sa.ColumnElement[bool]:
 
 
 _USER_ID: sa.BindParameter[int] = sa.bindparam("user_id")
-_MACHINE_ACTIVE = {
-    with_project: sa.select(t).where(
+
+
+def _machine_active(*where: sa.ColumnElement[bool]) -> sa.Select[Any]:
+    return sa.select(t).where(
         t.c.user_id == _USER_ID,
         t.c.status == Status.ACTIVE.value,
         t.c.source.in_(sorted(s.value for s in MACHINE_SOURCES)),
-        _groups_clause(with_project),
+        *where,
     )
-    for with_project in (False, True)
+
+
+_MACHINE_ACTIVE = {
+    with_project: _machine_active(_groups_clause(with_project)) for with_project in (False, True)
 }
-_MACHINE_ACTIVE_IN_GROUP = sa.select(t).where(
-    t.c.user_id == _USER_ID,
-    t.c.status == Status.ACTIVE.value,
-    t.c.source.in_(sorted(s.value for s in MACHINE_SOURCES)),
-    t.c.scope == sa.bindparam("scope"),
-    t.c.project_key == sa.bindparam("project_key"),
+_MACHINE_ACTIVE_IN_GROUP = _machine_active(
+    t.c.scope == sa.bindparam("scope"), t.c.project_key == sa.bindparam("project_key")
 )
 _USER_DISMISSED = {
     with_project: sa.select(t.c.content)
