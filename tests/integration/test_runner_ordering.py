@@ -137,3 +137,41 @@ async def test_a_stop_midway_loses_nothing_and_a_restart_resumes_from_the_commit
         assert sorted(set(a) | set(b)) == list(range(PER_KEY)), (k, a, b)
         assert b == sorted(b) and a == sorted(a)
         assert not b or b[0] <= (a[-1] + 1 if a else 0)
+
+
+async def test_one_key_on_two_partitions_commits_each_partition_past_its_own_records(
+    broker: TansuBroker,
+) -> None:
+    """After the topic grows, a session's older records sit on one partition and its newer on another."""
+    topic, group = f"order-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    await ensure_topics(broker.bootstrap, [topic], partitions=2)
+    producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap)
+    await producer.start()
+    try:
+        for seq in range(PER_KEY):
+            for k in range(4):
+                # Each key's first half on partition 0, its second half on partition 1.
+                partition = 0 if seq < PER_KEY // 2 else 1
+                await producer.send(topic, f"{k}:{seq}".encode(), key=f"s-{k}".encode(), partition=partition)
+        await producer.flush()
+    finally:
+        await producer.stop()
+    consumer = consumer_for(broker.bootstrap, group)
+    recorder = Recorder(consumer)
+    runner = KeyOrderedRunner(consumer, topic, recorder, Metrics(), 64, 5, commit_interval_s=0.01)
+
+    await run_until(recorder, runner, 4 * PER_KEY)
+
+    assert recorder.violations == []
+    for k in range(4):
+        seen = recorder.seen[str(k)]
+        # Kafka orders a key within a partition; each half keeps its order.
+        assert [s for s in seen if s < PER_KEY // 2] == list(range(PER_KEY // 2))
+        assert [s for s in seen if s >= PER_KEY // 2] == list(range(PER_KEY // 2, PER_KEY))
+    check = consumer_for(broker.bootstrap, group)
+    await check.start()
+    try:
+        committed = {p: await check.committed(TopicPartition(topic, p)) for p in (0, 1)}
+    finally:
+        await check.stop()
+    assert committed == {0: 4 * PER_KEY // 2, 1: 4 * PER_KEY // 2}

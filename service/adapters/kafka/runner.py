@@ -1,8 +1,8 @@
 """Key-ordered concurrent consumption over aiokafka, with our own offset commits.
 
 FastStream's acknowledgement policies either commit past unfinished messages or redeliver a poison
-message in a hot loop, so this loop owns the consumer: events of one key (sessionId) run strictly in
-order, different keys run concurrently, and each partition is committed only up to its first
+message in a hot loop, so this loop owns the consumer: events of one key (sessionId) on one partition
+run strictly in order, different keys run concurrently, and each partition is committed only up to its first
 unfinished offset. The loop knows nothing about memories: `process.prepare` turns each fetched batch
 into items (decoded once, caches warmed in one round trip), and `process(item)` returns once the
 item's effects are committed (or dead-lettered).
@@ -45,7 +45,7 @@ class Process(Protocol[Item]):
 
 
 class _Chain(Generic[Item]):
-    """The queued records of one key and the task draining them in order."""
+    """The queued records of one key on one partition and the task draining them in order."""
 
     def __init__(self, partition: TopicPartition) -> None:
         self.partition = partition
@@ -127,8 +127,11 @@ class KeyOrderedRunner(Generic[Item]):
         if offsets is None:
             offsets = self._offsets[tp] = PartitionOffsets()
         offsets.take(record.offset)
-        # No key means no session to order by; the partition's own order is kept instead.
-        key: Hashable = record.key if record.key is not None else ("partition", tp.partition)
+        # Chains are per (partition, key): after the topic grows, one session has records on two
+        # partitions, and each record must finish on (and hold back the commits of) its own one.
+        # Kafka orders a key only within a partition, so nothing stricter is lost. No key means no
+        # session to order by; the partition's own order is kept instead.
+        key: Hashable = (tp.partition, record.key)
         chain = self._chains.get(key)
         if chain is None and self._process.try_fast(item):
             # Nothing of this key is pending, so finishing now keeps the key's order; skips never
