@@ -11,7 +11,8 @@ from typing import Protocol
 
 import structlog
 
-from service.adapters.db.database import Database, UnitOfWork, is_transient
+from service.adapters.db.database import Database, UnitOfWork
+from service.adapters.db.errors import is_transient
 from service.adapters.db.memory_repository import HistoryEntry
 from service.adapters.llm_client import AnswerShape, LlmAnswer, LlmError, StructuredOutput
 from service.adapters.metrics import Metrics

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import structlog
 from aiokafka import ConsumerRecord
 
-from service.adapters.db.database import is_transient
+from service.adapters.db.errors import is_transient
 from service.adapters.kafka.dead_letters import DeadLetterPublisher
 from service.adapters.metrics import Metrics
 from service.app.extraction import Extracted, ExtractionHandler, ModelRejected, ModelUnavailable, Outcome

@@ -9,22 +9,11 @@ from contextlib import asynccontextmanager
 from datetime import datetime
 
 import sqlalchemy as sa
-from sqlalchemy.exc import DBAPIError, OperationalError
-from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from service.adapters.db.account_repository import AccountRepository
 from service.adapters.db.memory_repository import MemoryRepository
 from service.core.clock import Clock, SystemClock
-
-# Errors after which the same work may succeed: the server went away, a deadlock, a lock wait timeout.
-TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (OperationalError, PoolTimeout, ConnectionError, OSError)
-
-
-def is_transient(exc: BaseException) -> bool:
-    if isinstance(exc, TRANSIENT_ERRORS):
-        return True
-    return isinstance(exc, DBAPIError) and exc.connection_invalidated
 
 
 class UnitOfWork:

@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from service.adapters.db.database import is_transient
+from service.adapters.db.errors import is_transient
 from service.app.memories import Duplicate, LimitExceeded, NotFound
 
 log = structlog.get_logger(__name__)

@@ -1,0 +1,76 @@
+"""Which database errors are worth waiting out, decided by error code rather than exception class.
+
+A transient error is one after which the same work may succeed without a code change: the
+connection went away, a lock or a deadlock, the server is read-only during a failover, it is
+overloaded or shutting down. The consumer waits those out with the offset held. Everything else
+(unknown column, missing table, data too long, a constraint) is a bug or bad data, and goes through
+the three tries and the DLQ, so it can never wedge a partition. pymysql and asyncmy both raise the
+server's (or client's) numeric code as `args[0]`; the SQLite driver carries `sqlite_errorcode`.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+# MySQL/MariaDB codes. 1xxx come from the server, 2xxx from the client library.
+MYSQL_TRANSIENT: dict[int, str] = {
+    1040: "too many connections",
+    1053: "server shutdown in progress",
+    1158: "network read error",
+    1159: "network read timeout",
+    1160: "network write error",
+    1161: "network write timeout",
+    1203: "user's connection limit reached",
+    1205: "lock wait timeout",
+    1213: "deadlock",
+    1290: "server runs with --read-only (failover)",
+    1317: "query interrupted (KILL QUERY)",
+    1614: "XA transaction rolled back for a deadlock",
+    1637: "too many active concurrent transactions",
+    1792: "read-only transaction",
+    1836: "read-only mode",
+    1927: "connection killed (MariaDB)",
+    2002: "cannot connect (socket)",
+    2003: "cannot connect (TCP)",
+    2005: "unknown server host (DNS)",
+    2006: "server has gone away",
+    2013: "lost connection during query",
+    2055: "lost connection (system error)",
+    4031: "disconnected by the server for inactivity",
+}
+
+# SQLite primary result codes (the low byte of the extended code).
+SQLITE_TRANSIENT: dict[int, str] = {
+    5: "SQLITE_BUSY: database is locked",
+    6: "SQLITE_LOCKED: table is locked",
+    10: "SQLITE_IOERR: disk I/O error",
+    13: "SQLITE_FULL: disk full",
+    14: "SQLITE_CANTOPEN: cannot open the database file",
+}
+
+
+def error_code(exc: BaseException) -> tuple[str, int] | None:
+    """("mysql" | "sqlite", code) of the driver error SQLAlchemy wrapped in `exc`, if any."""
+    if not isinstance(exc, DBAPIError):
+        return None
+    orig = exc.orig
+    sqlite_code = getattr(orig, "sqlite_errorcode", None)
+    if isinstance(sqlite_code, int):
+        return "sqlite", sqlite_code & 0xFF
+    args = getattr(orig, "args", ())
+    if args and isinstance(args[0], int) and not isinstance(args[0], bool):
+        return "mysql", args[0]
+    return None
+
+
+def is_transient(exc: BaseException) -> bool:
+    if isinstance(exc, PoolTimeout | ConnectionError | OSError):
+        return True
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True  # SQLAlchemy recognized a disconnect (it also knows pymysql's codeless "(0, '')")
+    code = error_code(exc)
+    if code is None:
+        return False
+    dialect, number = code
+    return number in (SQLITE_TRANSIENT if dialect == "sqlite" else MYSQL_TRANSIENT)

@@ -1,0 +1,175 @@
+"""Database errors are classed by code on a real MariaDB and SQLite: outages are waited out, bugs are not.
+
+Each error is produced for real (two connections crossing locks, a killed connection, a read-only
+transaction, a missing column), then classified; one test runs the consumer against a schema with a
+missing column and watches the event reach the DLQ after three tries instead of wedging its partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+import sqlalchemy as sa
+from aiokafka import ConsumerRecord
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from service.adapters.db.database import Database
+from service.adapters.db.engine import build_engine
+from service.adapters.db.errors import MYSQL_TRANSIENT, error_code, is_transient
+from service.adapters.kafka.dead_letters import DeadLetterPublisher
+from service.adapters.metrics import Metrics
+from service.core.events import decode_event
+from service.entrypoints.consumer import EventProcessor, Received
+from tests.conftest import event_payload, said
+from tests.integration.conftest import HandlerFactory
+from tests.support.pool import set_capture
+from tests.support.processes import MariaDbDatabase
+from tests.support.scripted_llm import ScriptedLlm
+
+
+@pytest.fixture
+async def engine(mariadb: MariaDbDatabase) -> AsyncIterator[AsyncEngine]:
+    engine = build_engine(mariadb.url, pool_size=4)
+    async with engine.begin() as conn:
+        await conn.execute(sa.text("CREATE TABLE IF NOT EXISTS scratch (id INT PRIMARY KEY, v VARCHAR(4))"))
+        await conn.execute(sa.text("INSERT IGNORE INTO scratch VALUES (1, 'a'), (2, 'b')"))
+    yield engine
+    await engine.dispose()
+
+
+async def raised(work: Any) -> DBAPIError:
+    with pytest.raises(DBAPIError) as caught:
+        await work
+    return caught.value
+
+
+async def lock_row(conn: AsyncConnection, row: int) -> None:
+    await conn.execute(sa.text("SELECT v FROM scratch WHERE id = :id FOR UPDATE"), {"id": row})
+
+
+async def test_a_lock_wait_timeout_is_transient(engine: AsyncEngine) -> None:
+    async with engine.connect() as holder, engine.connect() as waiter:
+        await holder.begin()
+        await lock_row(holder, 1)
+        await waiter.execute(sa.text("SET SESSION innodb_lock_wait_timeout = 1"))
+        exc = await raised(lock_row(waiter, 1))
+    assert error_code(exc) == ("mysql", 1205) and is_transient(exc)
+
+
+async def test_a_deadlock_is_transient(engine: AsyncEngine) -> None:
+    async with engine.connect() as a, engine.connect() as b:
+        await a.begin()
+        await b.begin()
+        await lock_row(a, 1)
+        await lock_row(b, 2)
+        first = asyncio.create_task(lock_row(a, 2))  # waits for b
+        await asyncio.sleep(0.3)
+        outcomes = await asyncio.gather(first, lock_row(b, 1), return_exceptions=True)
+    [exc] = [o for o in outcomes if isinstance(o, BaseException)]
+    assert isinstance(exc, DBAPIError) and error_code(exc) == ("mysql", 1213) and is_transient(exc)
+
+
+async def test_a_write_in_a_read_only_transaction_is_transient(engine: AsyncEngine) -> None:
+    """What a writer meets while a failover has left it on a read-only server."""
+    async with engine.connect() as conn:
+        await conn.execute(sa.text("SET SESSION TRANSACTION READ ONLY"))
+        await conn.commit()
+        exc = await raised(conn.execute(sa.text("UPDATE scratch SET v = 'c' WHERE id = 1")))
+        await conn.rollback()
+        await conn.execute(sa.text("SET SESSION TRANSACTION READ WRITE"))
+        await conn.commit()
+    assert error_code(exc) == ("mysql", 1792) and is_transient(exc)
+
+
+async def test_a_killed_connection_is_transient(engine: AsyncEngine) -> None:
+    async with engine.connect() as victim, engine.connect() as killer:
+        connection_id = (await victim.execute(sa.text("SELECT CONNECTION_ID()"))).scalar_one()
+        await killer.execute(sa.text(f"KILL {int(connection_id)}"))
+        exc = await raised(victim.execute(sa.text("SELECT 1")))
+    code = error_code(exc)
+    assert code is not None and code[1] in MYSQL_TRANSIENT and is_transient(exc)
+
+
+async def test_a_connection_the_server_dropped_for_idleness_is_transient(engine: AsyncEngine) -> None:
+    """The server closed the connection after its wait_timeout ("gone away" / "lost connection")."""
+    async with engine.connect() as conn:
+        await conn.execute(sa.text("SET SESSION wait_timeout = 1"))
+        await asyncio.sleep(2.5)
+        exc = await raised(conn.execute(sa.text("SELECT 1")))
+    assert is_transient(exc)
+
+
+@pytest.mark.parametrize(
+    ("statement", "code"),
+    [
+        ("SELECT no_such_column FROM scratch", 1054),
+        ("SELECT 1 FROM no_such_table", 1146),
+        ("INSERT INTO scratch VALUES (3, 'too long')", 1406),
+        ("INSERT INTO scratch VALUES (1, 'x')", 1062),
+        ("SELEC 1", 1064),
+    ],
+)
+async def test_bugs_and_bad_data_are_not_transient(engine: AsyncEngine, statement: str, code: int) -> None:
+    async with engine.connect() as conn:
+        exc = await raised(conn.execute(sa.text(statement)))
+    assert error_code(exc) == ("mysql", code) and not is_transient(exc)
+
+
+async def test_sqlite_busy_is_transient_and_a_missing_table_is_not(tmp_path: Path) -> None:
+    path = tmp_path / "busy.db"
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("CREATE TABLE t (id INTEGER)")
+    holder.execute("BEGIN IMMEDIATE")
+    engine = sa.ext.asyncio.create_async_engine(f"sqlite+aiosqlite:///{path}", connect_args={"timeout": 0})
+    try:
+        async with engine.connect() as conn:
+            busy = await raised(conn.execute(sa.text("INSERT INTO t VALUES (1)")))
+            missing = await raised(conn.execute(sa.text("SELECT * FROM no_such_table")))
+    finally:
+        await engine.dispose()
+        holder.close()
+    assert error_code(busy) == ("sqlite", 5) and is_transient(busy)
+    assert error_code(missing) == ("sqlite", 1) and not is_transient(missing)
+
+
+class RecordingDeadLetters:
+    def __init__(self) -> None:
+        self.published: list[dict[str, str]] = []
+
+    async def publish(self, value: bytes | None, key: bytes | None, headers: dict[str, str]) -> None:
+        self.published.append(headers)
+
+
+async def test_an_unknown_column_reaches_the_dlq_after_three_tries_instead_of_wedging(
+    make_handler: HandlerFactory, llm: ScriptedLlm, user_id: int
+) -> None:
+    broken = MariaDbDatabase().create()
+    db = Database(build_engine(broken.url, 2), build_engine(broken.url, 2, autocommit=True))
+    try:
+        await set_capture(db, user_id)
+        async with db.engine.begin() as conn:  # a deployment whose schema lost a column
+            await conn.execute(sa.text("ALTER TABLE memory_event_ledger DROP COLUMN outcome"))
+        llm.script(f"m{user_id}", [{"type": "user", "content": "报告用中文写"}])
+        payload = event_payload(user_id, 3, lastUserMessage=said(f"m{user_id}"))
+        raw = json.dumps(payload).encode()
+        record = ConsumerRecord("t", 0, 5, 0, 0, b"3", raw, None, len(b"3"), len(raw), [])
+        dead_letters = RecordingDeadLetters()
+        processor = EventProcessor(
+            make_handler(db), cast(DeadLetterPublisher, dead_letters), Metrics(), after_commit=None
+        )
+        async with asyncio.timeout(20):
+            await processor(Received(record, decode_event(raw, 1 << 20)))
+    finally:
+        with contextlib.suppress(Exception):
+            await db.dispose()
+        broken.drop()
+    [headers] = dead_letters.published
+    assert headers["x-dlq-reason"] == "processing_error" and "1054" in headers["x-dlq-error"]
