@@ -100,6 +100,11 @@ class Metrics:
         self.dead_letters = Counter(
             f"{PREFIX}_dead_letters_total", "Events sent to the dead-letter topic", ["reason"], registry=r
         )
+        self.dead_letters_lost = Counter(
+            f"{PREFIX}_dead_letters_lost_total",
+            "Dead letters that neither the DLQ nor a stub of them could hold (logged with coordinates)",
+            registry=r,
+        )
         self.db_retries = Counter(
             f"{PREFIX}_db_retries_total",
             "Event processing retried after a transient database error",
@@ -169,6 +174,8 @@ class Metrics:
             "empty",
             "processing_error",
             "model_rejected",
+            "payload_too_large",
+            "dlq_refused",
         ):
             self.dead_letters.labels(reason)
         for path in ("llm", "skip"):

@@ -11,7 +11,13 @@ import structlog
 from aiokafka import ConsumerRecord
 
 from service.adapters.db.errors import is_transient
-from service.adapters.kafka.dead_letters import DeadLetterPublisher
+from service.adapters.kafka.dead_letters import (
+    ERROR,
+    REASON,
+    DeadLetterPublisher,
+    dead_letter_stub,
+    refused_for_good,
+)
 from service.adapters.metrics import Metrics
 from service.app.extraction import Extracted, ExtractionHandler, ModelRejected, ModelUnavailable, Outcome
 from service.core.events import TaskFinishedEvent, Undecodable, decode_event
@@ -124,33 +130,48 @@ class EventProcessor:
             delay = min(delay * 2, MAX_BACKOFF_S)
 
     async def _dead_letter(self, record: ConsumerRecord[bytes, bytes], reason: str, detail: str) -> None:
+        """Returns once the DLQ holds the message, or a stub of it, or (if even the stub is refused for
+        good) once the loss is counted and logged with the coordinates: the partition always moves on."""
         # The original headers travel along, so a replay can restore them.
         original = {k: v.decode("utf-8", "replace") for k, v in record.headers or ()}
         headers = {
             **original,
-            "x-dlq-reason": reason,
-            "x-dlq-error": detail[:1000],
+            REASON: reason,
+            ERROR: detail[:1000],
             "x-original-topic": record.topic,
             "x-original-partition": str(record.partition),
             "x-original-offset": str(record.offset),
         }
+        coordinates = {
+            "key": (record.key or b"").decode("utf-8", "replace"),
+            "partition": record.partition,
+            "offset": record.offset,
+        }
+        refusal = await self._publish_dead_letter(record.value, record.key, headers)
+        if refusal is not None:
+            log.warning("dlq_message_refused", reason=reason, error=repr(refusal), **coordinates)
+            value, headers = dead_letter_stub(record.value, headers, refusal)
+            if await self._publish_dead_letter(value, record.key, headers) is not None:
+                self._metrics.dead_letters_lost.inc()
+                log.error("dead_letter_lost", reason=reason, error=detail[:300], **coordinates)
+                return
+        self._metrics.dead_letters.labels(headers[REASON]).inc()
+        log.info("event_dead_lettered", reason=headers[REASON], error=headers[ERROR][:300], **coordinates)
+
+    async def _publish_dead_letter(
+        self, value: bytes | None, key: bytes | None, headers: dict[str, str]
+    ) -> BaseException | None:
+        """None once published; a refusal for good is returned; anything else is retried."""
         delay = 0.5
         while True:
             try:
-                await self._dead_letters.publish(record.value, record.key, headers)
-                break
+                await self._dead_letters.publish(value, key, headers)
+                return None
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                if refused_for_good(exc):
+                    return exc
                 log.warning("dlq_publish_failed", error=str(exc), delay=delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, MAX_BACKOFF_S)
-        self._metrics.dead_letters.labels(reason).inc()
-        log.info(
-            "event_dead_lettered",
-            reason=reason,
-            error=detail[:300],
-            key=(record.key or b"").decode("utf-8", "replace"),
-            partition=record.partition,
-            offset=record.offset,
-        )

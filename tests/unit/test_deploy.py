@@ -45,7 +45,7 @@ def test_compose_file_is_valid_and_complete() -> None:
 
 def test_alert_rules_pass_promtool_check_and_their_unit_tests() -> None:
     assert shutil.which("promtool"), "scripts/ensure-tools installs promtool"
-    assert "SUCCESS: 7 rules found" in run(
+    assert "SUCCESS: 8 rules found" in run(
         "promtool", "check", "rules", "alerts.yml", cwd=DEPLOY / "prometheus"
     )
     assert "SUCCESS" in run("promtool", "test", "rules", "alerts_test.yml", cwd=DEPLOY / "prometheus")

@@ -2,8 +2,10 @@
 
 The DLQ is read from its beginning to the end offsets seen at the start (a fixed snapshot, no
 consumer group, nothing committed). Each selected message goes to the main topic with its key and
-headers, minus the dead-letter reason and error, plus `x-replay-count`. The ledger still makes a
-replayed event that was already applied a duplicate, so replaying twice is harmless.
+headers, minus the dead-letter reason and error, plus `x-replay-count`. A stub (a dead letter the
+DLQ refused, kept as its coordinates and a hash) has no payload to replay and is only counted. The
+ledger still makes a replayed event that was already applied a duplicate, so replaying twice is
+harmless.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from datetime import datetime
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-REASON, ERROR, COUNT = "x-dlq-reason", "x-dlq-error", "x-replay-count"
+from service.adapters.kafka.dead_letters import ERROR, REASON, STUB
+
+COUNT = "x-replay-count"
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +44,7 @@ def replayed_headers(headers: dict[str, str]) -> list[tuple[str, bytes]]:
 class ReplayReport:
     read: int = 0
     replayed: int = 0
+    stubs: int = 0  # selected, but only a stub of the payload was kept: found by its coordinates
     by_reason: Counter[str] = field(default_factory=Counter)
 
     def as_json(self, dry_run: bool) -> str:
@@ -47,6 +52,7 @@ class ReplayReport:
             {
                 "read": self.read,
                 "replayed": self.replayed,
+                "stubs": self.stubs,
                 "dryRun": dry_run,
                 "byReason": dict(self.by_reason),
             }
@@ -82,6 +88,9 @@ async def replay_dead_letters(
                     report.read += 1
                     headers = {k: v.decode("utf-8", "replace") for k, v in record.headers}
                     if not selection.wants(headers, record.timestamp):
+                        continue
+                    if headers.get(STUB):
+                        report.stubs += 1
                         continue
                     report.by_reason[headers.get(REASON, "")] += 1
                     report.replayed += 1
