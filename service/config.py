@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import cached_property
 from pathlib import Path
 from typing import Annotated
 
@@ -9,6 +10,8 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from service.adapters.llm_client import StructuredOutput
+from service.core.model import MAX_MODEL_NAME_CHARS
+from service.core.project_keys import RobotKeys
 
 DEFAULT_SQLITE_URL = f"sqlite+aiosqlite:///{Path('data') / 'mao-memory.db'}"
 
@@ -39,7 +42,7 @@ class Settings(BaseSettings):
     jwt_audience: str | None = None
     internal_token: SecretStr | None = None
 
-    default_model: str = "openai/gpt-4o-mini"
+    default_model: str = Field(default="openai/gpt-4o-mini", min_length=1, max_length=MAX_MODEL_NAME_CHARS)
     llm_api_base: str | None = None
     llm_api_key: SecretStr | None = None
     llm_timeout_s: float = Field(default=30.0, gt=0)
@@ -54,7 +57,11 @@ class Settings(BaseSettings):
     llm_breaker_open_s: float = Field(default=10.0, gt=0)
     llm_breaker_max_open_s: float = Field(default=300.0, gt=0)
 
-    robot_project_keys: Annotated[frozenset[str], NoDecode] = frozenset()
+    # The robot channels' special projectKey values (README: "Robot-channel keys").
+    robot_project_keys: Annotated[frozenset[str], NoDecode] = frozenset({"WEIXIN", "FEISHU", "DINGTALK"})
+    robot_project_key_prefixes: Annotated[frozenset[str], NoDecode] = frozenset(
+        {"WEIXIN:", "FEISHU:", "DINGTALK:"}
+    )
 
     max_in_flight: int = Field(default=64, ge=1, le=10_000)
     shutdown_grace_s: float = Field(default=20.0, ge=0)
@@ -68,7 +75,7 @@ class Settings(BaseSettings):
 
     log_level: str = "INFO"
 
-    @field_validator("robot_project_keys", mode="before")
+    @field_validator("robot_project_keys", "robot_project_key_prefixes", mode="before")
     @classmethod
     def _split_keys(cls, value: object) -> object:
         if isinstance(value, str):
@@ -105,11 +112,6 @@ class Settings(BaseSettings):
     def dlq_topic(self) -> str:
         return self.kafka_dlq_topic or f"{self.kafka_topic}.dlq"
 
-    def valid_project_key(self, key: str | None) -> str | None:
-        """A projectKey that names a real project, or None (null, blank, robot channel)."""
-        if key is None:
-            return None
-        key = key.strip()
-        if not key or key in self.robot_project_keys or len(key) > 128:
-            return None
-        return key
+    @cached_property
+    def robot_keys(self) -> RobotKeys:
+        return RobotKeys(self.robot_project_keys, tuple(sorted(self.robot_project_key_prefixes)))

@@ -111,7 +111,7 @@ class ExtractionHandler:
 
     def outcome_without_io(self, event: TaskFinishedEvent) -> Outcome | None:
         """The skip path decided from the event and warm caches alone, or None when I/O is needed."""
-        project_key = self._settings.valid_project_key(event.project_key)
+        project_key = self._settings.robot_keys.project(event.project_key)
         if project_key and not self._projects.known(event.user_id, project_key):
             return None
         skip = trigger_skip(event)
@@ -123,7 +123,7 @@ class ExtractionHandler:
         return Outcome(skip.value) if skip is not None else None
 
     async def handle(self, event: TaskFinishedEvent) -> tuple[Outcome, Extracted | None]:
-        project_key = self._settings.valid_project_key(event.project_key)
+        project_key = self._settings.robot_keys.project(event.project_key)
         if project_key:
             # Events of every phase feed the project list, not only the ones that are extracted.
             await self._projects.remember(event.user_id, project_key)

@@ -23,6 +23,7 @@ from service.core.model import (
     Status,
 )
 from service.core.normalize import dedup_hash
+from service.core.project_keys import RobotKeys
 
 log = structlog.get_logger(__name__)
 
@@ -62,7 +63,7 @@ def _user_entry(action: str, old: str | None = None, new: str | None = None) -> 
 
 
 class MemoryService:
-    def __init__(self, db: Database, capture: CaptureSwitch, robot_keys: frozenset[str]) -> None:
+    def __init__(self, db: Database, capture: CaptureSwitch, robot_keys: RobotKeys) -> None:
         self._db = db
         self._capture = capture
         self._robot_keys = robot_keys
@@ -182,7 +183,7 @@ class MemoryService:
             keys = set(await uow.accounts.seen_projects(user_id)) | set(
                 await uow.memories.project_keys(user_id)
             )
-        return sorted(k for k in keys if k and k not in self._robot_keys)
+        return sorted(k for k in keys if k and not self._robot_keys.matches(k))
 
     async def injection(self, user_id: int, project_key: str | None) -> Injection:
         """PROJECT top 12 then USER top 8, ACTIVE only, newest first: one indexed query per scope."""

@@ -49,6 +49,8 @@ MAX_EXTRACTED_CONTENT_CHARS = 120
 MAX_EXTRACTED_ITEMS = 3
 MIN_USER_MESSAGE_CHARS = 20
 MAX_PROJECT_KEY_CHARS = 128
+# memory_history.model and the D10 setting hold a litellm model name of at most this many characters.
+MAX_MODEL_NAME_CHARS = 128
 INJECT_PROJECT_LIMIT = 12
 INJECT_USER_LIMIT = 8
 

@@ -294,7 +294,7 @@ async def test_model_comes_from_the_setting_else_the_default(
     assert [r.model for r in llm.calls(f"m{user_id}")] == ["scripted-default", "admin-chosen"]
 
 
-@pytest.mark.parametrize("project_key", [None, "", "  ", "WEIXIN"])
+@pytest.mark.parametrize("project_key", [None, "", "  ", "WEIXIN", "FEISHU:oc_5f2a"])
 async def test_project_fact_without_a_valid_project_key_is_stored_as_user(
     mysql_db: Database, make_handler: HandlerFactory, llm: ScriptedLlm, user_id: int, project_key: str | None
 ) -> None:

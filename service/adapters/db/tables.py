@@ -12,6 +12,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
 
+from service.core.model import MAX_MODEL_NAME_CHARS
+
 metadata = sa.MetaData()
 
 BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
@@ -109,7 +111,7 @@ memory_history = sa.Table(
     sa.Column("new_content", sa.Text, nullable=True),
     sa.Column("event_id", sa.String(128), nullable=True),
     sa.Column("session_id", sa.BigInteger, nullable=True),
-    sa.Column("model", sa.String(128), nullable=True),
+    sa.Column("model", sa.String(MAX_MODEL_NAME_CHARS), nullable=True),
     sa.Column("created_at", Timestamp, nullable=False),
     sa.Index("idx_history_item", "user_id", "memory_id", "id"),
     sqlite_autoincrement=True,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -10,11 +11,32 @@ from pydantic.alias_generators import to_camel
 
 from service.adapters.db.memory_repository import ItemRecord
 from service.core.injection_prompt import MemoryHint
-from service.core.model import MAX_MANUAL_CONTENT_CHARS, MAX_PROJECT_KEY_CHARS
+from service.core.model import MAX_MANUAL_CONTENT_CHARS, MAX_MODEL_NAME_CHARS, MAX_PROJECT_KEY_CHARS
+
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def _has_lone_surrogate(value: Any) -> bool:
+    if isinstance(value, str):
+        return _SURROGATE.search(value) is not None
+    if isinstance(value, dict):
+        return any(_has_lone_surrogate(k) or _has_lone_surrogate(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_lone_surrogate(v) for v in value)
+    return False
 
 
 class CamelModel(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _valid_unicode(cls, data: Any) -> Any:
+        """JSON's `\\ud800` escape (and, through the decoder's surrogatepass, its UTF-8 bytes) yields a
+        lone surrogate that no database column can store: rejected here, as the 400 it is."""
+        if _has_lone_surrogate(data):
+            raise ValueError("invalid Unicode: a lone surrogate is not a character")
+        return data
 
 
 def _trimmed(limit: int) -> Any:
@@ -81,7 +103,9 @@ class PatchMemory(CamelModel):
 class ExtractionModelSetting(CamelModel):
     """D10: empty means MEMORY_DEFAULT_MODEL; otherwise a litellm model name."""
 
-    extraction_model_id: Annotated[str, Field(max_length=128, pattern=r"^$|^[A-Za-z0-9][A-Za-z0-9._:/@+-]*$")]
+    extraction_model_id: Annotated[
+        str, Field(max_length=MAX_MODEL_NAME_CHARS, pattern=r"^$|^[A-Za-z0-9][A-Za-z0-9._:/@+-]*$")
+    ]
 
 
 class ExtractionModelView(ExtractionModelSetting):

@@ -54,7 +54,7 @@ def create_app(container: Container, include_api: bool, checks: dict[str, Check]
     if include_api:
         settings = container.settings
         app.state.authenticator = Authenticator(settings)
-        service = MemoryService(container.db, container.capture, settings.robot_project_keys)
+        service = MemoryService(container.db, container.capture, settings.robot_keys)
         app.include_router(memory_router(service))
         app.include_router(admin_router(service, settings.default_model))
         app.include_router(internal_router(service, settings))

@@ -29,7 +29,7 @@ def internal_router(service: MemoryService, settings: Settings) -> APIRouter:
         project_key: Annotated[str | None, Query(alias="projectKey", max_length=512)] = None,
     ) -> JSONResponse:
         """PROJECT top 12 then USER top 8 (ACTIVE, newest first) and the rendered prompt section."""
-        result = await service.injection(user_id, settings.valid_project_key(project_key))
+        result = await service.injection(user_id, settings.robot_keys.project(project_key))
         # The hot path of every agent turn: the body is built from typed data already, so it skips
         # FastAPI's response-model re-validation (the model still documents it in OpenAPI).
         return JSONResponse(

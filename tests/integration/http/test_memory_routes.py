@@ -11,6 +11,7 @@ from service.adapters.db.database import Database
 from service.core.model import Status
 from tests.integration.http.conftest import As
 from tests.support.pool import items, seed_many
+from tests.support.tokens import bearer, token
 
 
 def envelope_error(response: httpx.Response, status: int, code: int) -> None:
@@ -223,6 +224,34 @@ async def test_oversized_body_is_413_with_the_envelope(me: As) -> None:
         "/api/v1/memory", headers=me.headers, content=b'{"scope":"USER","content":"' + b"x" * 70_000 + b'"}'
     )
     envelope_error(response, 413, 41300)
+
+
+@pytest.mark.parametrize(
+    ("method", "url", "body"),
+    [
+        ("POST", "/api/v1/memory", b'{"scope":"USER","content":"a \\ud800 b"}'),
+        ("POST", "/api/v1/memory", b'{"scope":"USER","content":"a \xed\xa0\x80 b"}'),
+        ("POST", "/api/v1/memory", b'{"scope":"PROJECT","projectKey":"p\\udfff","content":"ok"}'),
+        ("PATCH", "/api/v1/memory/{id}", b'{"content":"\\udc00"}'),
+        ("PATCH", "/api/v1/memory/settings", b'{"autoCaptureEnabled":true,"\\ud83d":1}'),
+        ("PUT", "/api/v1/admin/memory/settings", b'{"extractionModelId":"m\\ud800"}'),
+    ],
+)
+async def test_a_lone_surrogate_anywhere_in_a_body_is_400_and_stores_nothing(
+    me: As, mysql_db: Database, method: str, url: str, body: bytes
+) -> None:
+    """Escaped (\\ud800) or as raw UTF-8 bytes of a surrogate, which Python's JSON decoder lets through."""
+    item = await me.create("原来的内容")
+    headers = {**me.headers, **bearer(token(me.user_id, ["memory:admin", "memory:read"]))}
+    response = await me.client.request(
+        method,
+        url.format(id=item["id"]),
+        content=body,
+        headers={**headers, "content-type": "application/json"},
+    )
+    envelope_error(response, 400, 40000)
+    assert "Unicode" in response.json()["message"]
+    assert [i.content for i in await items(mysql_db, me.user_id)] == ["原来的内容"]
 
 
 async def test_sql_metacharacters_are_plain_data(me: As) -> None:

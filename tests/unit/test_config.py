@@ -1,0 +1,59 @@
+"""Configuration that must stop the process at start, and the robot-channel key rules."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from pydantic import ValidationError
+
+from service.config import Settings
+from service.core.model import MAX_MODEL_NAME_CHARS
+from service.core.project_keys import RobotKeys
+
+
+def settings(**values: object) -> Settings:
+    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+
+
+def test_a_model_name_longer_than_its_column_is_refused_at_start() -> None:
+    assert settings(default_model="m" * MAX_MODEL_NAME_CHARS).default_model == "m" * MAX_MODEL_NAME_CHARS
+    with pytest.raises(ValidationError, match="at most 128 characters"):
+        settings(default_model="m" * (MAX_MODEL_NAME_CHARS + 1))
+
+
+def test_the_cli_names_the_variable_and_exits_2() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "service.entrypoints.cli", "migrate"],
+        env={"MEMORY_DEFAULT_MODEL": "x" * 129, "PATH": ""},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "MEMORY_DEFAULT_MODEL: String should have at most 128 characters" in result.stderr
+
+
+def test_robot_keys_default_to_the_platforms_channels_and_their_per_chat_prefixes() -> None:
+    keys = settings().robot_keys
+    assert [keys.project(k) for k in ("WEIXIN", "FEISHU", "DINGTALK")] == [None, None, None]
+    assert keys.project("FEISHU:oc_5f2a") is None and keys.project("DINGTALK:cid-9") is None
+    assert keys.project(" alpha ") == "alpha" and keys.project("WEIXINER") == "WEIXINER"
+
+
+def test_robot_keys_come_from_comma_separated_variables() -> None:
+    keys = settings(robot_project_keys="BOT, ", robot_project_key_prefixes="chat-,im/").robot_keys
+    assert keys == RobotKeys(frozenset({"BOT"}), ("chat-", "im/"))
+    assert [keys.project(k) for k in ("BOT", "chat-1", "im/x", "WEIXIN", "bot")] == [
+        None,
+        None,
+        None,
+        "WEIXIN",
+        "bot",
+    ]
+
+
+@pytest.mark.parametrize("key", [None, "", "   ", "p" * 129])
+def test_no_project_without_a_usable_key(key: str | None) -> None:
+    assert RobotKeys().project(key) is None
