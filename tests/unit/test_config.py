@@ -30,6 +30,7 @@ def test_the_cli_names_the_variable_and_exits_2() -> None:
         capture_output=True,
         text=True,
         timeout=60,
+        check=False,
     )
     assert result.returncode == 2
     assert "MEMORY_DEFAULT_MODEL: String should have at most 128 characters" in result.stderr
