@@ -143,6 +143,28 @@ async def test_a_processed_event_id_is_applied_once(
     assert [h["action"] for h in await history(any_db, user_id)] == ["insert"]
 
 
+async def test_event_ids_are_compared_exactly_on_both_dialects(
+    any_db: Database, make_handler: HandlerFactory, llm: ScriptedLlm, user_id: int
+) -> None:
+    """MySQL's `_bin` collations pad with spaces; the ledger compares bytes on both dialects."""
+    await set_capture(any_db, user_id)
+    llm.script(f"a{user_id}", [{"type": "user", "content": "报告用中文写"}])
+    llm.script(f"b{user_id}", [{"type": "user", "content": "代码注释用英文写"}])
+    handler = make_handler(any_db)
+    first = make_event(user_id, 1, eventId=f"e-{user_id}", lastUserMessage=said(f"a{user_id}"))
+    padded = make_event(user_id, 2, eventId=f"e-{user_id}  ", lastUserMessage=said(f"b{user_id}"))
+
+    assert (await handler.handle(first))[0] is Outcome.EXTRACTED
+    assert (await handler.handle(padded))[0] is Outcome.EXTRACTED
+
+    assert sorted(r["event_id"] for r in await ledger_of_user(any_db, user_id)) == [
+        f"e-{user_id}",
+        f"e-{user_id}  ",
+    ]
+    assert (await ledger(any_db, f"e-{user_id}  "))[0]["session_id"] == 2
+    assert len(await items(any_db, user_id)) == 2
+
+
 async def test_a_redelivery_racing_the_first_delivery_is_applied_once(
     any_db: Database, make_handler: HandlerFactory, llm: ScriptedLlm, user_id: int
 ) -> None:

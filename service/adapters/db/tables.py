@@ -16,6 +16,26 @@ from service.core.model import MAX_MODEL_NAME_CHARS
 
 metadata = sa.MetaData()
 
+class _Utf8VarBinary(mysql.VARBINARY):
+    """VARBINARY holding UTF-8 text: bound as text (the server compares a character string with a
+    binary column byte for byte; aiomysql cannot escape `bytes` under PyMySQL 1.2), read back as str."""
+
+    cache_ok = True
+
+    def bind_processor(self, dialect: sa.Dialect) -> None:
+        return None
+
+    def result_processor(self, dialect: sa.Dialect, coltype: object) -> Any:
+        return lambda value: value.decode() if isinstance(value, bytes) else value
+
+
+def exact_string(length: int) -> sa.types.TypeEngine[str]:
+    """Text compared byte for byte on both dialects: MySQL's `utf8mb4_bin` pads with spaces, so "e1"
+    and "e1 " would be one key there and two in SQLite; VARBINARY (room for `length` characters of
+    UTF-8) has no padding, and SQLite's default BINARY collation none either."""
+    return sa.String(length).with_variant(_Utf8VarBinary(length * 4), "mysql")
+
+
 BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 Timestamp = sa.DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql")
 MYSQL_OPTS: dict[str, Any] = {
@@ -63,11 +83,13 @@ user_memory_preference = sa.Table(
 memory_event_ledger = sa.Table(
     "memory_event_ledger",
     metadata,
-    sa.Column("event_id", sa.String(128), primary_key=True),
+    sa.Column("event_id", exact_string(128), primary_key=True),
     sa.Column("user_id", sa.BigInteger, nullable=False),
     sa.Column("session_id", sa.BigInteger, nullable=False),
     sa.Column("outcome", sa.String(32), nullable=False),
     sa.Column("processed_at", Timestamp, nullable=False),
+    # Retention deletes the oldest rows in batches.
+    sa.Index("idx_ledger_processed_at", "processed_at"),
     **MYSQL_OPTS,
 )
 
@@ -113,6 +135,9 @@ memory_history = sa.Table(
     sa.Column("session_id", sa.BigInteger, nullable=True),
     sa.Column("model", sa.String(MAX_MODEL_NAME_CHARS), nullable=True),
     sa.Column("created_at", Timestamp, nullable=False),
+    # Retention folds a run of consecutive touches into its first row: how many, and the last one's time.
+    sa.Column("repeat_count", sa.Integer, nullable=False, server_default="1"),
+    sa.Column("last_at", Timestamp, nullable=True),
     sa.Index("idx_history_item", "user_id", "memory_id", "id"),
     sqlite_autoincrement=True,
     **MYSQL_OPTS,
