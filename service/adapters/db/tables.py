@@ -16,6 +16,7 @@ from service.core.model import MAX_MODEL_NAME_CHARS
 
 metadata = sa.MetaData()
 
+
 class _Utf8VarBinary(mysql.VARBINARY):
     """VARBINARY holding UTF-8 text: bound as text (the server compares a character string with a
     binary column byte for byte; aiomysql cannot escape `bytes` under PyMySQL 1.2), read back as str."""
