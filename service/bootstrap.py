@@ -8,6 +8,7 @@ import gc
 import logging
 import signal
 from dataclasses import dataclass, field
+from datetime import timedelta
 from enum import StrEnum
 
 import structlog
@@ -27,6 +28,7 @@ from service.adapters.metrics import Metrics
 from service.app.caches import CaptureSwitch, ProjectRecorder
 from service.app.consolidation import Consolidator, thresholds
 from service.app.extraction import ExtractionHandler
+from service.app.retention import Horizons, RetentionJob, RetentionReport
 from service.config import Settings
 from service.entrypoints.consumer import EventProcessor, Received
 from service.entrypoints.http.app import create_app
@@ -171,6 +173,23 @@ async def start_consumer(container: Container) -> None:
     )
 
 
+def build_retention(container: Container) -> RetentionJob:
+    settings = container.settings
+    horizons = Horizons(
+        ledger=timedelta(days=settings.retention_ledger_days),
+        deleted_history=timedelta(days=settings.retention_deleted_history_days),
+    )
+    return RetentionJob(container.db, container.metrics, horizons)
+
+
+async def run_retention_once(settings: Settings) -> RetentionReport:
+    container = build_container(settings)
+    try:
+        return await build_retention(container).run_once()
+    finally:
+        await container.db.dispose()
+
+
 def build_http(container: Container, mode: Mode) -> FastAPI:
     checks = {"database": _db_check(container)}
     if mode is not Mode.API:
@@ -223,6 +242,7 @@ async def serve_forever(settings: Settings, mode: Mode) -> None:
     )
     http_task = asyncio.create_task(server.serve())
     consumer_task: asyncio.Task[None] | None = None
+    retention_task: asyncio.Task[None] | None = None
     try:
         if mode is not Mode.API:
             await start_consumer(container)
@@ -231,6 +251,9 @@ async def serve_forever(settings: Settings, mode: Mode) -> None:
         gc.freeze()
         if container.runner is not None:
             consumer_task = asyncio.create_task(container.runner.run(stop))
+        if mode is not Mode.API and settings.retention_interval_hours > 0:
+            interval = timedelta(hours=settings.retention_interval_hours)
+            retention_task = asyncio.create_task(build_retention(container).run_forever(stop, interval))
         log.info(
             "service_started", mode=mode.value, http_port=settings.http_port, bootstrap=container.bootstrap
         )
@@ -242,6 +265,10 @@ async def serve_forever(settings: Settings, mode: Mode) -> None:
         stop.set()
         if consumer_task is not None:
             await asyncio.gather(consumer_task, return_exceptions=True)
+        if retention_task is not None:
+            # A run in progress is cut between its small transactions; the next run picks up.
+            retention_task.cancel()
+            await asyncio.gather(retention_task, return_exceptions=True)
         if container.consolidator is not None:
             await container.consolidator.close(settings.shutdown_grace_s)
         server.should_exit = True

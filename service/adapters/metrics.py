@@ -105,6 +105,27 @@ class Metrics:
             "Dead letters that neither the DLQ nor a stub of them could hold (logged with coordinates)",
             registry=r,
         )
+        self.retention_runs = Counter(
+            f"{PREFIX}_retention_runs_total", "Retention runs by result", ["result"], registry=r
+        )
+        self.retention_removed = Counter(
+            f"{PREFIX}_retention_rows_removed_total",
+            "Rows the retention job removed: expired ledger rows, touch rows folded into their run's "
+            "first row, history of memories gone past the horizon",
+            ["kind"],
+            registry=r,
+        )
+        self.retention_duration = Gauge(
+            f"{PREFIX}_retention_last_duration_seconds", "Duration of the last retention run", registry=r
+        )
+        self.retention_longest_transaction = Gauge(
+            f"{PREFIX}_retention_longest_transaction_seconds",
+            "Longest write transaction of the last retention run",
+            registry=r,
+        )
+        self.table_rows = Gauge(
+            f"{PREFIX}_table_rows", "Rows per table, counted by the last retention run", ["table"], registry=r
+        )
         self.db_retries = Counter(
             f"{PREFIX}_db_retries_total",
             "Event processing retried after a transient database error",
@@ -140,28 +161,10 @@ class Metrics:
 
         for outcome in Outcome:
             self.events.labels(outcome.value)
-        for purpose in ("extraction", "consolidation"):
-            for result in (
-                "ok",
-                "timeout",
-                "error",
-                "rejected",
-                "unavailable",
-                "invalid_json",
-                "too_many_items",
-            ):
-                self.llm_calls.labels(purpose, result)
-            self.llm_latency.labels(purpose)
-            self.llm_cost.labels(purpose)
-            self.llm_prompt_chars.labels(purpose)
-            self.llm_retries.labels(purpose)
-            for kind in ("prompt", "completion"):
-                self.llm_tokens.labels(purpose, kind)
+        self._initialize_llm_series()
         for action in Action:
             for candidate_result in Result:
                 self.candidates.labels(action.value, candidate_result.value)
-        for weaker in (("json_schema", "json_object"), ("json_object", "off")):
-            self.llm_mode_fallbacks.labels(*weaker)
         for run_result in RunResult:
             self.consolidations.labels(run_result.value)
         for op in ("merged", "dropped"):
@@ -180,3 +183,28 @@ class Metrics:
             self.dead_letters.labels(reason)
         for path in ("llm", "skip"):
             self.processing_latency.labels(path)
+        for kind in ("ledger_expired", "touches_folded", "deleted_memory_history"):
+            self.retention_removed.labels(kind)
+        for retention_result in ("ok", "error"):
+            self.retention_runs.labels(retention_result)
+
+    def _initialize_llm_series(self) -> None:
+        for purpose in ("extraction", "consolidation"):
+            for result in (
+                "ok",
+                "timeout",
+                "error",
+                "rejected",
+                "unavailable",
+                "invalid_json",
+                "too_many_items",
+            ):
+                self.llm_calls.labels(purpose, result)
+            self.llm_latency.labels(purpose)
+            self.llm_cost.labels(purpose)
+            self.llm_prompt_chars.labels(purpose)
+            self.llm_retries.labels(purpose)
+            for kind in ("prompt", "completion"):
+                self.llm_tokens.labels(purpose, kind)
+        for weaker in (("json_schema", "json_object"), ("json_object", "off")):
+            self.llm_mode_fallbacks.labels(*weaker)

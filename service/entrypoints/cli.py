@@ -1,8 +1,9 @@
-"""`mao-memory run | worker | api | migrate | dlq replay`."""
+"""`mao-memory run | worker | api | migrate | retention | dlq replay`."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from datetime import UTC, datetime
 
@@ -33,6 +34,10 @@ def main(argv: list[str] | None = None) -> None:
     commands.add_parser("worker", help="the Kafka consumer only (with /healthz, /readyz, /metrics)")
     commands.add_parser("api", help="the HTTP sidecar only")
     commands.add_parser("migrate", help="apply pending schema migrations and exit")
+    commands.add_parser(
+        "retention",
+        help="one retention run now (expired ledger rows, touch runs, old history); prints figures",
+    )
     dlq = commands.add_parser("dlq", help="the dead-letter topic").add_subparsers(
         dest="dlq_command", required=True
     )
@@ -52,6 +57,12 @@ def main(argv: list[str] | None = None) -> None:
 
         upgrade_schema(settings.database_url)
         print("mao-memory: schema is up to date")
+        return
+
+    if args.command == "retention":
+        from service.bootstrap import run_retention_once
+
+        print(json.dumps(uvloop.run(run_retention_once(settings)).as_dict()))
         return
 
     if args.command == "dlq":

@@ -1,7 +1,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from service.app.extraction import ExtractionHandler
 from service.config import Settings
 from service.core.events import TaskFinishedEvent
 from tests.conftest import event_payload
+from tests.support.clock import ManualClock
 from tests.support.scripted_llm import ScriptedLlm
 
 DEFAULT_MODEL = "openai/scripted-default"
@@ -30,6 +32,15 @@ def llm_client(llm_server: ScriptedLlm, metrics: Metrics) -> LlmClient:
 
 
 HandlerFactory = Callable[..., ExtractionHandler]
+
+
+@pytest.fixture
+def clock(any_db: Database) -> Iterator[ManualClock]:
+    """The dialect's database on a hand-moved clock, put back afterwards."""
+    previous = any_db.clock
+    manual = any_db.clock = ManualClock(datetime(2030, 1, 1))
+    yield manual
+    any_db.clock = previous
 
 
 @pytest.fixture

@@ -37,11 +37,14 @@ from tests.support.scripted_llm import ScriptedLlm
 
 @pytest.fixture
 async def engine(mariadb: MariaDbDatabase) -> AsyncIterator[AsyncEngine]:
+    """Over a `scratch` table of its own, dropped afterwards (the schema drift test sees every table)."""
     engine = build_engine(mariadb.url, pool_size=4)
     async with engine.begin() as conn:
         await conn.execute(sa.text("CREATE TABLE IF NOT EXISTS scratch (id INT PRIMARY KEY, v VARCHAR(4))"))
         await conn.execute(sa.text("INSERT IGNORE INTO scratch VALUES (1, 'a'), (2, 'b')"))
     yield engine
+    async with engine.begin() as conn:
+        await conn.execute(sa.text("DROP TABLE scratch"))
     await engine.dispose()
 
 

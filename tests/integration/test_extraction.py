@@ -13,6 +13,7 @@ from service.adapters.db.database import Database, UnitOfWork
 from service.app.caches import CaptureSwitch
 from service.app.extraction import ModelRejected, ModelUnavailable, Outcome
 from service.core.model import Group, Scope, Source, Status
+from service.core.project_keys import RobotKeys
 from tests.conftest import said
 from tests.integration.conftest import DEFAULT_MODEL, HandlerFactory, make_event
 from tests.support.pool import history, items, ledger, ledger_of_user, seed, set_capture
@@ -383,7 +384,7 @@ async def test_injection_window_on_both_dialects(any_db: Database, user_id: int)
     # Project and user memories interleave in time; project ones still come first (seed 5.2).
     await seed_many(any_db, user_id, [f"项目{i}" for i in range(14)], group=Group(Scope.PROJECT, "mao"))
     await seed_many(any_db, user_id, [f"用户{i}" for i in range(10)])
-    service = MemoryService(any_db, CaptureSwitch(any_db, 0), frozenset())
+    service = MemoryService(any_db, CaptureSwitch(any_db, 0), RobotKeys())
     injected = await service.injection(user_id, "mao")
     assert [h.content for h in injected.memories] == [f"项目{i}" for i in range(13, 1, -1)] + [
         f"用户{i}" for i in range(9, 1, -1)

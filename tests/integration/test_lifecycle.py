@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -23,6 +22,7 @@ from service.app.memories import Duplicate, MemoryService
 from service.core.consolidation import RunResult, Thresholds
 from service.core.injection_prompt import MemoryHint, render_injection
 from service.core.model import DismissedBy, Scope, Source, Status
+from service.core.project_keys import RobotKeys
 from tests.conftest import said
 from tests.integration.conftest import HandlerFactory, make_event
 from tests.support.clock import ManualClock
@@ -32,17 +32,8 @@ from tests.support.scripted_llm import ScriptedLlm
 MODEL = "openai/scripted-default"
 
 
-@pytest.fixture
-def clock(any_db: Database) -> Iterator[ManualClock]:
-    """The dialect's database on a hand-moved clock, put back afterwards."""
-    previous = any_db.clock
-    manual = any_db.clock = ManualClock(datetime(2030, 1, 1))
-    yield manual
-    any_db.clock = previous
-
-
 def service(db: Database) -> MemoryService:
-    return MemoryService(db, CaptureSwitch(db, 0), frozenset())
+    return MemoryService(db, CaptureSwitch(db, 0), RobotKeys())
 
 
 async def extract(db: Database, make_handler: HandlerFactory, user_id: int, session: int) -> Outcome:

@@ -11,6 +11,7 @@ from service.adapters.db.tables import memory_item
 from service.app.extraction import Outcome
 from service.core.model import Group, Scope, Source, Status
 from service.core.normalize import dedup_hash
+from service.core.project_keys import RobotKeys
 from tests.integration.conftest import HandlerFactory, make_event
 from tests.support.pool import history, items, seed, seed_many, set_capture
 from tests.support.scripted_llm import ScriptedLlm
@@ -216,7 +217,7 @@ async def test_a_demoted_row_can_be_restored(
     ids = await seed_many(mysql_db, user_id, [f"事实{i}" for i in range(200)])
     llm.script(f"m{user_id}", [{"type": "user", "content": "新事实"}])
     await run(mysql_db, make_handler, user_id)
-    service = MemoryService(mysql_db, CaptureSwitch(mysql_db, 0), frozenset())
+    service = MemoryService(mysql_db, CaptureSwitch(mysql_db, 0), RobotKeys())
     await service.delete(user_id, ids[1])
 
     restored = await service.edit(user_id, ids[0], None, Status.ACTIVE)

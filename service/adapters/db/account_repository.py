@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
@@ -110,6 +110,20 @@ class AccountRepository:
         except IntegrityError:
             return False
         return True
+
+    async def claim_periodic(self, key: str, now: datetime, interval: timedelta) -> bool:
+        """True for the one caller that finds the job `key` not run for `interval`; it is then due
+        again `interval` from now (the row is the claim, across replicas and restarts)."""
+        await insert_ignore(
+            self.conn, memory_system_setting, {"setting_key": key, "value": "", "updated_at": now}
+        )
+        t = memory_system_setting
+        claimed = await self.conn.execute(
+            sa.update(t)
+            .where(t.c.setting_key == key, sa.or_(t.c.value == "", t.c.updated_at <= now - interval))
+            .values(value="claimed", updated_at=now)
+        )
+        return int(claimed.rowcount) == 1
 
     async def ensure_user_state(self, user_id: int) -> None:
         await insert_ignore(self.conn, memory_user_state, {"user_id": user_id, "consolidation_due_at": None})

@@ -167,6 +167,8 @@ class HistoryItem(CamelModel):
     origin_session_id: int | None
     model: str | None
     created_at: str
+    count: int = Field(description="how many consecutive touches this row stands for (1 for other actions)")
+    last_at: str = Field(description="time of the last of them; createdAt is the first's")
 
     @classmethod
     def of(cls, row: Any) -> dict[str, Any]:
@@ -179,6 +181,8 @@ class HistoryItem(CamelModel):
             "originSessionId": row.session_id,
             "model": row.model,
             "createdAt": _iso(row.created_at),
+            "count": row.repeat_count,
+            "lastAt": _iso(row.last_at or row.created_at),
         }
 
 

@@ -128,7 +128,10 @@ async function showHistory(id, userId) {
   const entries = await api("GET", path);
   $("history-list").replaceChildren(...entries.map((h) => {
     const li = el("li");
-    li.append(el("strong", `${h.action} · ${h.actor}`), el("div", new Date(h.createdAt).toLocaleString()));
+    const when = h.count > 1
+      ? `${new Date(h.createdAt).toLocaleString()} – ${new Date(h.lastAt).toLocaleString()} · ${h.count} 次`
+      : new Date(h.createdAt).toLocaleString();
+    li.append(el("strong", `${h.action} · ${h.actor}`), el("div", when));
     if (h.oldContent) li.append(el("div", `旧: ${h.oldContent}`, "content"));
     if (h.newContent) li.append(el("div", `新: ${h.newContent}`, "content"));
     if (h.originSessionId) li.append(el("div", `会话 ${h.originSessionId}`));
