@@ -93,8 +93,8 @@ def replay(state: Replayed | None, entry: dict[str, Any]) -> Replayed:
     if action in {"insert", "create"} or (action == "merge" and old is None):
         source = {"insert": "AUTO", "create": "MANUAL", "merge": "CONSOLIDATED"}[action]
         return Replayed(new, "ACTIVE", source, None, at)
-    if action == "touch":
-        return replace(current, updated_at=at)
+    if action == "touch":  # a row retention folded stands for a run that ended at `last_at`
+        return replace(current, updated_at=entry.get("last_at") or at)
     if action in {"update", "edit"}:
         return replace(
             current, content=new, updated_at=at, source="MANUAL" if action == "edit" else current.source
@@ -238,6 +238,7 @@ class PoolWatch:
     clock: Clock
     rows: dict[int, Row] = field(default_factory=dict)
     history: dict[int, Replayed] = field(default_factory=dict)
+    touches: Counter[int] = field(default_factory=Counter)
     last_history_id: int = 0
     steps: int = 0
 
@@ -271,9 +272,48 @@ class PoolWatch:
             raise Violation(f"user {self.user_id} after {actor}: " + "; ".join(problems))
         self.ever_seen |= set(after)
         self.rows = after
+        self.touches.update(e["memory_id"] for e in entries if e["action"] == "touch")
         if entries:
             self.last_history_id = entries[-1]["id"]
         return after
+
+    async def after_retention(self) -> None:
+        """Re-read the whole pool and history after a retention run; raises on a broken rule."""
+        h = memory_history
+        async with self.db.read() as uow:
+            entries = [
+                dict(r._mapping)
+                for r in await uow.conn.execute(
+                    sa.select(h).where(h.c.user_id == self.user_id).order_by(h.c.id)
+                )
+            ]
+        problems = check_after_retention(self.rows, entries, self.touches)
+        if problems:
+            raise Violation(f"user {self.user_id} after retention: " + "; ".join(problems))
+
+
+def check_after_retention(
+    rows: dict[int, Row], entries: list[dict[str, Any]], touches_seen: Counter[int]
+) -> list[str]:
+    """Retention folded touch runs and removed old trails: the history left, replayed from nothing,
+    must still give every row exactly, and each memory's touches must still add up."""
+    replayed: dict[int, Replayed] = {}
+    folded: Counter[int] = Counter()
+    for entry in entries:
+        replayed[entry["memory_id"]] = replay(replayed.get(entry["memory_id"]), entry)
+        if entry["action"] == "touch":
+            folded[entry["memory_id"]] += entry["repeat_count"]
+    problems = [
+        f"after retention the history of {row.id} replays to {replayed.get(row.id)}, the row is {row}"
+        for row in rows.values()
+        if row.id not in replayed or not replayed[row.id].matches(row)
+    ]
+    problems += [
+        f"after retention {folded[m]} touches of {m} are left of {touches_seen[m]}"
+        for m in rows
+        if folded[m] != touches_seen[m]
+    ]
+    return problems
 
 
 FULL_EVERY = 100

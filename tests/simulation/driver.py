@@ -21,8 +21,10 @@ import httpx
 
 from service.adapters.db.database import Database
 from service.adapters.llm_client import AnswerShape, LlmAnswer, LlmClient, StructuredOutput
+from service.adapters.metrics import Metrics
 from service.app.consolidation import Consolidator
 from service.app.extraction import ExtractionHandler, Outcome
+from service.app.retention import Horizons, RetentionJob
 from service.core.consolidation import RunResult
 from service.core.events import TaskFinishedEvent
 from tests.simulation.checker import Offered, PoolWatch, Row, identity_key
@@ -47,6 +49,7 @@ class Tally:
     pool_by_month: dict[int, list[int]] = field(default_factory=dict)
     duplicates: int = 0
     steps_checked: int = 0
+    retention: Counter[str] = field(default_factory=Counter)
 
 
 @dataclass
@@ -101,6 +104,9 @@ class Simulation:
         seed: int,
     ) -> None:
         self.db, self.handler, self.consolidator, self.http = db, handler, consolidator, http
+        self.retention = RetentionJob(
+            db, Metrics(), Horizons(ledger=timedelta(days=30), deleted_history=timedelta(days=365))
+        )
         self.model, self.clock, self.events = llm, clock, events
         self.step_length = YEAR / events
         ever_seen: set[int] = set()
@@ -121,9 +127,13 @@ class Simulation:
                 "/api/v1/memory/settings", json={"autoCaptureEnabled": True}, headers=self._auth(user)
             )
             assert response.status_code == 200, response.text
+        month = 0
         for step in range(self.events):
             await asyncio.gather(*(self._step(user, step) for user in self.users))
             self.clock.advance(self.step_length * (0.5 + self.users[0].rng.random()))
+            if (now_month := int((self.clock.now() - START) / YEAR * 12)) != month:
+                month = now_month
+                await self._retention()
         for user in self.users:
             self.tally.duplicates += _duplicates(await user.watch.step("user", full=True))
         return self.tally
@@ -150,6 +160,18 @@ class Simulation:
         self.tally.steps_checked += 1
         month = int((self.clock.now() - START) / YEAR * 12)
         self.tally.pool_by_month.setdefault(month, []).append(sum(r.active for r in user.watch.rows.values()))
+
+    async def _retention(self) -> None:
+        """Monthly, as a deployment would run it; every user's pool is then audited from scratch."""
+        report = await self.retention.run_once()
+        self.tally.retention.update(
+            runs=1,
+            touches_folded=report.touches_folded,
+            history_purged=report.history_purged,
+            ledger_deleted=report.ledger_deleted,
+        )
+        for user in self.users:
+            await user.watch.after_retention()
 
     def _event(self, user: SimUser) -> tuple[TaskFinishedEvent, str | None]:
         user.session += 1

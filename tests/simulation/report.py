@@ -45,6 +45,13 @@ def _report(results: dict[str, dict[str, Any]]) -> str:
         lambda r: ", ".join(f"{k} {v}" for k, v in sorted(r["user_ops"].items())),
     )
     row(
+        "monthly retention (runs, touch rows folded, trails purged, ledger rows deleted)",
+        lambda r: ", ".join(
+            str(r["retention"].get(k, 0))
+            for k in ("runs", "touches_folded", "history_purged", "ledger_deleted")
+        ),
+    )
+    row(
         "prompt tokens per extraction at the fullest comparison sets (10 largest)",
         lambda r: f"{r['largest_prompt_tokens']} ({r['largest_prompt_shown']} memories shown)",
     )

@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 
 from service.core import normalize
-from tests.simulation.checker import Actor, Offered, Replayed, Row, Violation, check_step
+from tests.simulation.checker import (
+    Actor,
+    Offered,
+    Replayed,
+    Row,
+    Violation,
+    check_after_retention,
+    check_step,
+)
 from tests.simulation.conftest import Simulate
 
 T0 = datetime(2027, 3, 1, 12, 0)
@@ -137,3 +146,31 @@ async def test_a_broken_rule_in_the_service_is_caught_by_the_simulation(
     monkeypatch.setattr(normalize, "identity", normalize.normalize)
     with pytest.raises(Violation, match="same identity"):
         await simulate(users=1, events=300)
+
+
+def folded_history(touch_count: int, last_at: datetime | None) -> list[dict[str, Any]]:
+    insert = entry(1, "insert", "llm", new="报告用中文写") | {
+        "created_at": T0,
+        "repeat_count": 1,
+        "last_at": None,
+    }
+    touch = entry(1, "touch", "llm") | {"created_at": T0 + timedelta(hours=1)}
+    return [insert, touch | {"repeat_count": touch_count, "last_at": last_at}]
+
+
+def test_a_folded_history_that_adds_up_and_ends_at_the_last_touch_passes() -> None:
+    rows = {1: row(1, "报告用中文写", updated_at=T1)}
+    assert check_after_retention(rows, folded_history(3, T1), Counter({1: 3})) == []
+
+
+def test_a_fold_that_lost_a_touch_or_its_last_time_is_caught() -> None:
+    rows = {1: row(1, "报告用中文写", updated_at=T1)}
+    [lost] = check_after_retention(rows, folded_history(2, T1), Counter({1: 3}))
+    assert "2 touches of 1 are left of 3" in lost
+    [stale] = check_after_retention(rows, folded_history(3, None), Counter({1: 3}))
+    assert "replays to" in stale
+
+
+def test_a_trail_removed_under_a_live_memory_is_caught() -> None:
+    rows = {1: row(1, "报告用中文写", updated_at=T1)}
+    assert check_after_retention(rows, [], Counter({1: 3})) != []

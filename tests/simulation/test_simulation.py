@@ -78,6 +78,7 @@ def _summary(tally: Tally, stack: Stack, elapsed: float) -> dict[str, Any]:
             metrics.get_sample_value("mao_memory_consolidated_rows_total", {"op": "dropped"}) or 0
         ),
         "user_ops": dict(tally.user_ops),
+        "retention": dict(tally.retention),
         "largest_prompt_tokens": round(sum(tokens) / len(tokens)) if tokens else None,
         "largest_prompt_shown": f"{min(shown)}-{max(shown)}" if shown else None,
     }
