@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -58,3 +59,15 @@ def test_robot_keys_come_from_comma_separated_variables() -> None:
 @pytest.mark.parametrize("key", [None, "", "   ", "p" * 129])
 def test_no_project_without_a_usable_key(key: str | None) -> None:
     assert RobotKeys().project(key) is None
+
+
+def test_env_example_lists_every_setting_at_its_default() -> None:
+    """`.env.example` is the newcomer's list of variables: none missing, none stale, defaults true."""
+    lines = (Path(__file__).resolve().parents[2] / ".env.example").read_text().splitlines()
+    listed = dict(line.removeprefix("# ").split("=", 1) for line in lines if line.startswith("# MEMORY_"))
+    assert set(listed) == {f"MEMORY_{name.upper()}" for name in Settings.model_fields}
+    explicit = {k.removeprefix("MEMORY_").lower(): v for k, v in listed.items() if v}
+    documented_defaults = Settings(_env_file=None, **explicit)  # type: ignore[arg-type]
+    for name in explicit:
+        if name not in {"kafka_bootstrap", "kafka_dlq_topic"}:  # examples, not defaults
+            assert getattr(documented_defaults, name) == getattr(settings(), name), name
