@@ -41,6 +41,20 @@ def history_row(user_id: int, memory_id: int, action: str, when: datetime) -> di
     return {"memory_id": memory_id, "user_id": user_id, "action": action, "actor": "llm", "created_at": when}
 
 
+async def write_trail(db: Database, user_id: int, memory_id: int, actions: list[str]) -> None:
+    now = db.now()
+    rows = [history_row(user_id, memory_id, a, now + timedelta(seconds=i)) for i, a in enumerate(actions)]
+    async with db.transaction() as uow:
+        await uow.conn.execute(memory_history.insert(), rows)
+        await uow.commit()
+
+
+async def stored_trail(db: Database, user_id: int) -> list[tuple[str, int]]:
+    async with db.read() as uow:
+        page = await RetentionRepository(uow.conn).history_page(user_id, (-1, -1), 100)
+    return [(r.action, r.repeat_count) for r in page]
+
+
 def iso(when: datetime) -> str:
     return when.isoformat(timespec="milliseconds") + "Z"
 
@@ -105,20 +119,7 @@ async def test_touch_runs_fold_across_rounds_and_the_trail_still_replays(
 
 async def test_a_fold_that_lost_a_race_changes_nothing(any_db: Database, user_id: int) -> None:
     """Two replicas folding one run: the second finds the keeper's count changed and backs off."""
-    now = any_db.now()
-    rows = [
-        {
-            "memory_id": 1,
-            "user_id": user_id,
-            "action": a,
-            "actor": "llm",
-            "created_at": now + timedelta(seconds=i),
-        }
-        for i, a in enumerate(["insert", "touch", "touch", "touch"])
-    ]
-    async with any_db.transaction() as uow:
-        await uow.conn.execute(memory_history.insert(), rows)
-        await uow.commit()
+    await write_trail(any_db, user_id, 1, ["insert", "touch", "touch", "touch"])
     async with any_db.read() as uow:
         page = await RetentionRepository(uow.conn).history_page(user_id, (-1, -1), 100)
     folds, open_run = retention.fold_touches(page, None)
@@ -131,9 +132,7 @@ async def test_a_fold_that_lost_a_race_changes_nothing(any_db: Database, user_id
             results.append(await RetentionRepository(uow.conn).apply_fold(plan))
             await uow.commit()
     assert results == [2, 0]
-    async with any_db.read() as uow:
-        page = await RetentionRepository(uow.conn).history_page(user_id, (-1, -1), 100)
-    assert [(r.action, r.repeat_count) for r in page] == [("insert", 1), ("touch", 3)]
+    assert await stored_trail(any_db, user_id) == [("insert", 1), ("touch", 3)]
 
 
 async def test_expired_ledger_rows_go_and_recent_ones_still_make_redeliveries_skips(
@@ -199,30 +198,9 @@ async def test_pages_smaller_than_a_run_fold_it_whole(
     any_db: Database, user_id: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(retention, "HISTORY_PAGE", 3)
-    now = any_db.now()
-    actions = ["insert", *["touch"] * 7, "demote", "touch"]
-    rows = [
-        {
-            "memory_id": 9,
-            "user_id": user_id,
-            "action": a,
-            "actor": "llm",
-            "created_at": now + timedelta(seconds=i),
-        }
-        for i, a in enumerate(actions)
-    ]
-    async with any_db.transaction() as uow:
-        await uow.conn.execute(memory_history.insert(), rows)
-        await uow.commit()
+    await write_trail(any_db, user_id, 9, ["insert", *["touch"] * 7, "demote", "touch"])
     await job(any_db).run_once()
-    async with any_db.read() as uow:
-        page = await RetentionRepository(uow.conn).history_page(user_id, (-1, -1), 100)
-    assert [(r.action, r.repeat_count) for r in page] == [
-        ("insert", 1),
-        ("touch", 7),
-        ("demote", 1),
-        ("touch", 1),
-    ]
+    assert await stored_trail(any_db, user_id) == [("insert", 1), ("touch", 7), ("demote", 1), ("touch", 1)]
 
 
 USERS, LIVE, GONE, TOUCHES = 500, 5, 5, 8
