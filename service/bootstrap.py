@@ -117,6 +117,7 @@ def build_llm(settings: Settings, metrics: Metrics) -> LlmClient:
         retry_base_s=settings.llm_retry_base_s,
         breaker=breaker,
         structured_output=settings.llm_structured_output,
+        max_connections=settings.max_in_flight,
     )
 
 
@@ -137,6 +138,7 @@ async def start_consumer(container: Container) -> None:
     await broker.connect()
     container.closers.append(broker)
     llm = build_llm(settings, container.metrics)
+    container.closers.append(llm)
     handler = ExtractionHandler(
         container.db,
         llm,

@@ -1,5 +1,9 @@
 """The model call through litellm: one timeout, our own bounded retries, structured output, metrics.
 
+OpenAI's chat format (OpenAI and every OpenAI-compatible server) goes out on one shared aiohttp
+session with requests litellm builds (`litellm_requests`); other providers go through
+`litellm.acompletion`, which translates their wire formats. Either way litellm resolves the model.
+
 litellm's built-in retries multiply the timeout, so they are off (`num_retries=0`) and retries
 happen here: only on 429, 5xx and refused connections, with back-off that honours Retry-After.
 A failure is classed for the caller: retryable (an outage: the event waits and is tried again) or
@@ -16,7 +20,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+import aiohttp
+import orjson
+
 from service.adapters.circuit_breaker import CircuitBreaker
+from service.adapters.litellm_requests import ChatEndpoint, chat_endpoint
 from service.adapters.metrics import Metrics
 
 MAX_RETRY_AFTER_S = 30.0
@@ -49,6 +57,15 @@ class LlmError(Exception):
         self.status = status
 
 
+class ProviderHttpError(Exception):
+    """A non-2xx answer on the shared session, shaped like litellm's errors for `_classify`."""
+
+    def __init__(self, status: int, body: str, headers: Any) -> None:
+        super().__init__(body)
+        self.status_code = status
+        self.headers = headers
+
+
 @dataclass(frozen=True, slots=True)
 class LlmAnswer:
     text: str
@@ -62,6 +79,10 @@ class AnswerShape:
     name: str
     schema: dict[str, Any]
     max_tokens: int
+
+
+# The answer's text (None: no message in it) and its (prompt, completion) token counts, if reported.
+_Result = tuple[str | None, tuple[int, int] | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +114,7 @@ class LlmClient:
         retry_base_s: float,
         breaker: CircuitBreaker | None = None,
         structured_output: StructuredOutput = StructuredOutput.AUTO,
+        max_connections: int = 64,
     ) -> None:
         self._litellm = import_litellm()
         self._metrics = metrics
@@ -106,6 +128,19 @@ class LlmClient:
         self._configured = structured_output
         self._modes: dict[str, StructuredOutput] = {}  # per model, for the process's life
         self._confirmed: set[tuple[str, StructuredOutput]] = set()
+        # Resolved once per model / per (model, mode, token cap) / per model: litellm's work is not
+        # repeated on every call.
+        self._endpoints: dict[str, ChatEndpoint | None] = {}
+        self._params: dict[tuple[str, StructuredOutput, int], dict[str, Any]] = {}
+        self._prices: dict[str, tuple[float, float] | None] = {}
+        self._max_connections = max_connections
+        self._session: aiohttp.ClientSession | None = None
+
+    async def stop(self) -> None:
+        """Close the shared HTTP session (at shutdown)."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
     def mode(self, model: str) -> StructuredOutput:
         """The structured-output mode this model gets now; the prompt asks for the wrapper unless off."""
@@ -179,45 +214,107 @@ class LlmClient:
                 await asyncio.sleep(delay)
 
     async def _once(self, call: _Call, mode: StructuredOutput) -> LlmAnswer:
-        purpose, model, messages, shape = call.purpose, call.model, call.messages, call.shape
+        purpose, model, messages = call.purpose, call.model, call.messages
         started = time.perf_counter()
         self._metrics.llm_prompt_chars.labels(purpose).observe(sum(len(m["content"]) for m in messages))
-        extra = {"response_format": response_format(mode, shape)} if mode is not StructuredOutput.OFF else {}
+        endpoint = self._endpoint(model)
         try:
-            response = await self._litellm.acompletion(
-                model=model,
-                messages=messages,
-                api_base=self._api_base,
-                api_key=self._api_key,
-                timeout=self._timeout_s,
-                num_retries=0,
-                temperature=0,
-                max_tokens=shape.max_tokens,
-                **extra,
-            )
+            if endpoint is None:
+                text, usage = await self._through_litellm(call, mode)
+            else:
+                text, usage = await self._post(endpoint, call, mode)
         finally:
             self._metrics.llm_latency.labels(purpose).observe(time.perf_counter() - started)
-        self._account(purpose, model, response)
-        try:
-            text = response.choices[0].message.content
-        except (AttributeError, IndexError, TypeError) as exc:
+        if usage is not None:
+            self._account(purpose, model, *usage)
+        if text is None:
             self._metrics.llm_calls.labels(purpose, "error").inc()
-            raise LlmError("error", "answer without a message", retryable=True) from exc
-        return LlmAnswer(text=text or "", model=model)
+            raise LlmError("error", "answer without a message", retryable=True)
+        return LlmAnswer(text=text, model=model)
 
-    def _account(self, purpose: str, model: str, response: Any) -> None:
+    def _endpoint(self, model: str) -> ChatEndpoint | None:
+        if model not in self._endpoints:
+            self._endpoints[model] = chat_endpoint(self._litellm, model, self._api_base, self._api_key)
+        return self._endpoints[model]
+
+    async def _post(self, endpoint: ChatEndpoint, call: _Call, mode: StructuredOutput) -> _Result:
+        key = (call.model, mode, call.shape.max_tokens)
+        params = self._params.get(key)
+        if params is None:
+            fmt = response_format(mode, call.shape) if mode is not StructuredOutput.OFF else None
+            params = self._params[key] = endpoint.params(self._litellm, call.shape.max_tokens, fmt)
+        body = endpoint.body(call.messages, params)
+        async with self._http().post(endpoint.url, data=body, headers=endpoint.headers) as response:
+            raw = await response.read()
+            if response.status >= 300:
+                raise ProviderHttpError(
+                    response.status, raw[:1000].decode("utf-8", "replace"), response.headers
+                )
+        try:
+            data = orjson.loads(raw)
+            usage = data.get("usage") or {}
+            counts = (int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))
+            text = data["choices"][0]["message"]["content"]
+        except (orjson.JSONDecodeError, AttributeError, KeyError, IndexError, TypeError, ValueError):
+            return None, None
+        if text is None:
+            return "", counts  # a message without content: an empty answer, as litellm gives it
+        return (text if isinstance(text, str) else None), counts
+
+    def _http(self) -> aiohttp.ClientSession:
+        """One session per process: keep-alive connections, at most `max_connections` of them."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self._max_connections, keepalive_timeout=60),
+                timeout=aiohttp.ClientTimeout(total=self._timeout_s),
+            )
+        return self._session
+
+    async def _through_litellm(self, call: _Call, mode: StructuredOutput) -> _Result:
+        extra = (
+            {"response_format": response_format(mode, call.shape)} if mode is not StructuredOutput.OFF else {}
+        )
+        response = await self._litellm.acompletion(
+            model=call.model,
+            messages=call.messages,
+            api_base=self._api_base,
+            api_key=self._api_key,
+            timeout=self._timeout_s,
+            num_retries=0,
+            temperature=0,
+            max_tokens=call.shape.max_tokens,
+            **extra,
+        )
         usage = getattr(response, "usage", None)
-        if usage is None:
-            return
-        self._metrics.llm_tokens.labels(purpose, "prompt").inc(getattr(usage, "prompt_tokens", 0) or 0)
-        self._metrics.llm_tokens.labels(purpose, "completion").inc(
-            getattr(usage, "completion_tokens", 0) or 0
+        counts = (
+            (getattr(usage, "prompt_tokens", 0) or 0, getattr(usage, "completion_tokens", 0) or 0)
+            if usage is not None
+            else None
         )
         try:
-            cost = float(self._litellm.completion_cost(completion_response=response, model=model))
-        except Exception:
-            return  # a model outside litellm's cost map has no price; tokens are still counted
-        self._metrics.llm_cost.labels(purpose).inc(max(cost, 0.0))
+            return response.choices[0].message.content or "", counts
+        except (AttributeError, IndexError, TypeError):
+            return None, counts
+
+    def _account(self, purpose: str, model: str, prompt: int, completion: int) -> None:
+        self._metrics.llm_tokens.labels(purpose, "prompt").inc(prompt)
+        self._metrics.llm_tokens.labels(purpose, "completion").inc(completion)
+        price = self._price(model)
+        if price is not None:
+            self._metrics.llm_cost.labels(purpose).inc(max(prompt * price[0] + completion * price[1], 0.0))
+
+    def _price(self, model: str) -> tuple[float, float] | None:
+        """USD per prompt and per completion token from litellm's local cost map, looked up once per
+        model; a model outside the map has no price, and its tokens are still counted."""
+        if model not in self._prices:
+            try:
+                per_million = self._litellm.cost_per_token(
+                    model=model, prompt_tokens=1_000_000, completion_tokens=1_000_000
+                )
+                self._prices[model] = (per_million[0] / 1e6, per_million[1] / 1e6)
+            except Exception:
+                self._prices[model] = None
+        return self._prices[model]
 
     def _retry_delay(self, exc: Exception, error: LlmError, attempt: int) -> float | None:
         """None when retrying at once cannot help (a timeout, a 4xx other than 429, a bad request)."""
@@ -259,8 +356,10 @@ def _refuses_mode(mode: StructuredOutput, error: LlmError) -> bool:
 
 
 def _retry_after(exc: Exception) -> float | None:
-    headers: Any = getattr(getattr(exc, "response", None), "headers", None) or getattr(
-        exc, "litellm_response_headers", None
+    headers: Any = (
+        getattr(exc, "headers", None)
+        or getattr(getattr(exc, "response", None), "headers", None)
+        or getattr(exc, "litellm_response_headers", None)
     )
     if not headers:
         return None

@@ -49,7 +49,10 @@ async def test_timeout_leaves_the_event_unfinished_without_retrying_at_once(
     metrics = Metrics()
     client = LlmClient(metrics, llm.api_base, "k", timeout_s=0.5, max_retries=2, retry_base_s=0.01)
     started = time.perf_counter()
-    await unfinished(mysql_db, make_handler, user_id, llm=client)
+    try:
+        await unfinished(mysql_db, make_handler, user_id, llm=client)
+    finally:
+        await client.stop()
     assert time.perf_counter() - started < 1.4 and len(llm.calls(f"m{user_id}")) == 1
     assert metrics.llm_calls.labels("extraction", "timeout")._value.get() == 1
     report.add(
@@ -107,7 +110,10 @@ async def test_connection_refused_is_a_counted_failure(
     dead = LlmClient(
         metrics, f"http://127.0.0.1:{free_port()}/v1", "k", timeout_s=2, max_retries=2, retry_base_s=0.01
     )
-    await unfinished(mysql_db, make_handler, user_id, llm=dead)
+    try:
+        await unfinished(mysql_db, make_handler, user_id, llm=dead)
+    finally:
+        await dead.stop()
     assert metrics.llm_retries.labels("extraction")._value.get() == 2
     assert metrics.llm_calls.labels("extraction", "error")._value.get() == 1
     report.add("LLM connection refused", events=1, faults=3, rows_checked=1, note="event unfinished")

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import datetime
 from typing import Any
 
@@ -27,8 +27,12 @@ def metrics() -> Metrics:
 
 
 @pytest.fixture(scope="session")
-def llm_client(llm_server: ScriptedLlm, metrics: Metrics) -> LlmClient:
-    return LlmClient(metrics, llm_server.api_base, "test-key", timeout_s=5, max_retries=2, retry_base_s=0.01)
+async def llm_client(llm_server: ScriptedLlm, metrics: Metrics) -> AsyncIterator[LlmClient]:
+    client = LlmClient(
+        metrics, llm_server.api_base, "test-key", timeout_s=5, max_retries=2, retry_base_s=0.01
+    )
+    yield client
+    await client.stop()
 
 
 HandlerFactory = Callable[..., ExtractionHandler]

@@ -5,6 +5,7 @@ the circuit breaker, and the cost and size metrics."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -17,6 +18,17 @@ from tests.support.scripted_llm import ScriptedLlm
 SHAPE = AnswerShape("memories", ANSWER_SCHEMA, max_tokens=777)
 
 
+MADE: list[LlmClient] = []
+
+
+@pytest.fixture(autouse=True)
+async def _stop_clients() -> AsyncIterator[None]:
+    """Each client's HTTP session is closed after its test, as the service closes it at shutdown."""
+    yield
+    while MADE:
+        await MADE.pop().stop()
+
+
 def client(
     llm: ScriptedLlm,
     metrics: Metrics,
@@ -24,7 +36,7 @@ def client(
     breaker: CircuitBreaker | None = None,
 ) -> LlmClient:
     """No API key: a local server needs none, and the client must still send the call."""
-    return LlmClient(
+    made = LlmClient(
         metrics,
         llm.api_base,
         None,
@@ -34,6 +46,8 @@ def client(
         breaker=breaker,
         structured_output=mode,
     )
+    MADE.append(made)
+    return made
 
 
 def messages(marker: str) -> list[dict[str, str]]:

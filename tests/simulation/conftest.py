@@ -82,9 +82,8 @@ async def service_stack(url: str, model_base: str) -> AsyncIterator[Stack]:
     )
     container = build_container(settings)
     clock = container.db.clock = ManualClock(START)
-    llm = RecordingLlm(
-        LlmClient(container.metrics, model_base, "sim", timeout_s=10, max_retries=2, retry_base_s=0.01)
-    )
+    client = LlmClient(container.metrics, model_base, "sim", timeout_s=10, max_retries=2, retry_base_s=0.01)
+    llm = RecordingLlm(client)
     handler = ExtractionHandler(
         container.db,
         llm,
@@ -100,6 +99,7 @@ async def service_stack(url: str, model_base: str) -> AsyncIterator[Stack]:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api") as http:
             yield Stack(container, handler, consolidator, llm, http, clock)
     finally:
+        await client.stop()
         await container.db.dispose()
 
 

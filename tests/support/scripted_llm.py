@@ -1,7 +1,9 @@
-"""A scripted OpenAI-compatible chat-completions server on loopback, for the real litellm path.
+"""A scripted chat server on loopback for the real litellm path: OpenAI's chat completions, and
+Anthropic's messages API on `…/messages` (a provider with another wire format).
 
 Rules match a substring of the request's messages; the first matching rule answers. Every request
-is recorded, so tests can assert how many calls were made and what the prompt contained.
+is recorded with its raw bytes, so tests can assert how many calls were made, what the prompt
+contained, and exactly what went over the wire.
 """
 
 from __future__ import annotations
@@ -39,10 +41,15 @@ class Request:
     messages: list[dict[str, Any]]
     at: float
     body: dict[str, Any] = field(default_factory=dict)  # the whole request: response_format, max_tokens…
+    raw: bytes = b""
+    path: str = ""
+    headers: dict[str, str] = field(default_factory=dict)  # names lower-cased
 
     @property
     def text(self) -> str:
-        return "\n".join(str(m.get("content", "")) for m in self.messages)
+        system = self.body.get("system")  # Anthropic puts the system prompt beside the messages
+        parts = [str(system)] if system else []
+        return "\n".join(parts + [str(m.get("content", "")) for m in self.messages])
 
     @property
     def data(self) -> dict[str, Any]:
@@ -97,9 +104,17 @@ class ScriptedLlm:
         with self._lock:
             return [r for r in self.requests if marker in r.text]
 
-    def _answer(self, body: dict[str, Any]) -> tuple[Rule | None, Request]:
+    def _answer(
+        self, body: dict[str, Any], raw: bytes, path: str, headers: dict[str, str]
+    ) -> tuple[Rule | None, Request]:
         request = Request(
-            model=str(body.get("model")), messages=list(body.get("messages", [])), at=time.time(), body=body
+            model=str(body.get("model")),
+            messages=list(body.get("messages", [])),
+            at=time.time(),
+            body=body,
+            raw=raw,
+            path=path,
+            headers=headers,
         )
         with self._lock:
             if self._record:
@@ -125,8 +140,9 @@ class ScriptedLlm:
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length", "0"))
-                body = json.loads(self.rfile.read(length) or b"{}")
-                rule, request = llm._answer(body)
+                raw = self.rfile.read(length)
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                rule, request = llm._answer(json.loads(raw or b"{}"), raw, self.path, headers)
                 delay = rule.delay_s if rule and rule.delay_s else llm.default_delay_s
                 if delay:
                     time.sleep(delay)
@@ -139,7 +155,8 @@ class ScriptedLlm:
                     ).encode()
                 else:
                     reply = rule.reply if rule else (llm.responder(request) if llm.responder else None)
-                    payload = json.dumps(_completion(request.model, reply or "[]")).encode()
+                    answer = _message if self.path.endswith("/messages") else _completion
+                    payload = json.dumps(answer(request.model, reply or "[]")).encode()
                 try:
                     self.send_response(status)
                     self.send_header("content-type", "application/json")
@@ -169,4 +186,18 @@ def _completion(model: str, content: str) -> dict[str, Any]:
             {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
         ],
         "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
+    }
+
+
+def _message(model: str, content: str) -> dict[str, Any]:
+    """Anthropic's messages API answer."""
+    return {
+        "id": "msg_scripted",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [{"type": "text", "text": content}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 100, "output_tokens": 20},
     }
