@@ -140,11 +140,10 @@ class ExtractionHandler:
         self, event: TaskFinishedEvent, project_key: str | None
     ) -> tuple[Outcome, Extracted | None]:
         async with self._db.read() as uow:
-            processed, configured = await uow.accounts.processed_and_model(event.event_id)
-            if processed:
-                return Outcome.SKIPPED_DUPLICATE_EVENT, None
-            model = configured or self._settings.default_model
-            existing = await self._comparison_set(uow, event.user_id, project_key)
+            processed, configured, existing = await self._inputs(uow, event, project_key)
+        if processed:
+            return Outcome.SKIPPED_DUPLICATE_EVENT, None
+        model = configured or self._settings.default_model
 
         wrapped = self._llm.mode(model) is not StructuredOutput.OFF
         messages = build_extraction_messages(
@@ -172,17 +171,21 @@ class ExtractionHandler:
             return Outcome.FAILED, None  # the model answered, but nothing usable: finished without memory
         return Outcome.EXTRACTED, Extracted(event.user_id, project_key, model, plan.added, plan.active_after)
 
-    async def _comparison_set(self, uow: UnitOfWork, user_id: int, project_key: str | None) -> ComparisonSet:
-        """10.1: a failing comparison query degrades to exact hashing; it never blocks extraction."""
+    async def _inputs(
+        self, uow: UnitOfWork, event: TaskFinishedEvent, project_key: str | None
+    ) -> tuple[bool, str, ComparisonSet]:
+        """The ledger check, the D10 model and the comparison set in one round trip. 10.1: should the
+        comparison part fail, extraction goes on with exact hashing only; it is never blocked."""
         try:
-            rows = await uow.memories.machine_active_in_groups(user_id, project_key)
-            dismissed = await uow.memories.dismissed_contents(user_id, project_key)
+            read = await uow.memories.extraction_inputs(event.event_id, event.user_id, project_key)
         except Exception as exc:
             if is_transient(exc):
                 raise
-            log.warning("comparison_set_failed", user_id=user_id, error=str(exc))
-            return EMPTY
-        return build_comparison_set(rows, project_key, dismissed)
+            log.warning("comparison_set_failed", user_id=event.user_id, error=str(exc))
+            processed, configured = await uow.accounts.processed_and_model(event.event_id)
+            return processed, configured, EMPTY
+        existing = build_comparison_set(read.machine_active, project_key, read.user_dismissed)
+        return read.processed, read.configured_model, existing
 
     async def _persist(
         self,
@@ -204,16 +207,9 @@ class ExtractionHandler:
             plan = Plan()
             if answer is not None and answer.candidates:
                 candidates = answer.candidates
-                state = PoolState(
-                    machine_active={
-                        r.id: r
-                        for r in await uow.memories.machine_active_in_groups(event.user_id, project_key)
-                    },
-                    by_hash=await uow.memories.by_hashes(
-                        event.user_id, candidate_hashes(candidates, project_key)
-                    ),
-                    active_count=await uow.memories.active_count(event.user_id),
-                )
+                hashes = candidate_hashes(candidates, project_key)
+                rows = await uow.memories.pool(event.user_id, hashes)
+                state = PoolState.of(rows, project_key, hashes)
                 plan = decide(candidates, existing, project_key, state)
                 await self._apply(uow, plan, event, model, now)
             await uow.commit()

@@ -6,6 +6,7 @@ one transaction; every rule lives here so it can be tested without a database.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -88,6 +89,22 @@ class PoolState:
     machine_active: dict[int, MemoryRow]
     by_hash: dict[str, MemoryRow]
     active_count: int
+
+    @classmethod
+    def of(cls, rows: Iterable[MemoryRow], project_key: str | None, hashes: set[str]) -> PoolState:
+        """From one read of the user's rows: every ACTIVE row, and any row holding one of `hashes`."""
+        groups = {USER_GROUP} | ({Group(Scope.PROJECT, project_key)} if project_key else set())
+        machine_active: dict[int, MemoryRow] = {}
+        by_hash: dict[str, MemoryRow] = {}
+        active = 0
+        for row in rows:
+            if row.status is Status.ACTIVE:
+                active += 1
+                if row.machine_active and row.group in groups:
+                    machine_active[row.id] = row
+            if row.dedup_hash in hashes:
+                by_hash[row.dedup_hash] = row
+        return cls(machine_active, by_hash, active)
 
 
 @dataclass(slots=True)

@@ -157,7 +157,7 @@ async def test_a_failing_comparison_query_falls_back_to_exact_hashing(
     async def broken(*_: object, **__: object) -> list[str]:
         raise sa.exc.ProgrammingError("SELECT …", {}, Exception("table is being rebuilt"))
 
-    monkeypatch.setattr(MemoryRepository, "dismissed_contents", broken)
+    monkeypatch.setattr(MemoryRepository, "extraction_inputs", broken)
     llm.script(
         f"m{user_id}", [{"type": "user", "content": "报告用中文"}, {"type": "user", "content": "新事实"}]
     )

@@ -23,6 +23,9 @@ from service.adapters.db.tables import (
 IN_LIST_CHUNK = 500
 # Built once: the statement's cache key is then computed once, not on every event.
 _INSERT_LEDGER = memory_event_ledger.insert()
+_LOCK_USER = sa.select(memory_user_state.c.user_id).where(
+    memory_user_state.c.user_id == sa.bindparam("user_id")
+)
 
 
 class AccountRepository:
@@ -125,13 +128,16 @@ class AccountRepository:
         )
         return int(claimed.rowcount) == 1
 
-    async def ensure_user_state(self, user_id: int) -> None:
-        await insert_ignore(self.conn, memory_user_state, {"user_id": user_id, "consolidation_due_at": None})
+    async def create_user_state(self, user_id: int) -> None:
+        """Insert the lock row, or lock the one a concurrent first writer just inserted."""
+        await upsert(
+            self.conn, memory_user_state, {"user_id": user_id, "consolidation_due_at": None}, ["user_id"]
+        )
 
-    async def lock_user(self, user_id: int) -> None:
-        """Hold the user's row lock until the transaction ends."""
-        stmt = sa.select(memory_user_state.c.user_id).where(memory_user_state.c.user_id == user_id)
-        await self.conn.execute(for_update(stmt, self.conn))
+    async def lock_user(self, user_id: int) -> bool:
+        """Hold the user's row lock until the transaction ends; False when the row does not exist."""
+        found = await self.conn.execute(for_update(_LOCK_USER, self.conn), {"user_id": user_id})
+        return found.first() is not None
 
     async def consolidation_due(self, user_id: int) -> datetime | None:
         """When consolidation may run next for the user; None: whenever its conditions hold."""

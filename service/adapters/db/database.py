@@ -40,7 +40,6 @@ class Database:
         # SQLite has a single writer; serializing writers here turns SQLITE_BUSY into a queue and
         # plays the part of MySQL's per-user row lock in the embedded setup.
         self._sqlite_writer = asyncio.Lock()
-        self._ensured_users: set[int] = set()
 
     def now(self) -> datetime:
         return self.clock.now()
@@ -65,18 +64,15 @@ class Database:
 
     @asynccontextmanager
     async def locked_user(self, user_id: int) -> AsyncIterator[UnitOfWork]:
-        """A transaction holding the user's lock: the 200 cap and the D13/D15 re-checks rely on it."""
-        if user_id not in self._ensured_users:
-            # The lock row is created in its own short transaction, so that two first writers never
-            # deadlock upgrading shared locks from an insert-if-missing.
-            async with self.transaction() as uow:
-                await uow.accounts.ensure_user_state(user_id)
-                await uow.commit()
-            if len(self._ensured_users) > 100_000:
-                self._ensured_users.clear()
-            self._ensured_users.add(user_id)
+        """A transaction holding the user's lock: the 200 cap and the D13/D15 re-checks rely on it.
+
+        The lock row is created only when the lock finds none: an upsert, which takes the same
+        exclusive row lock whether it inserts or meets a concurrent first writer's row (READ
+        COMMITTED takes no gap lock on the miss, so two first writers queue instead of deadlocking).
+        """
         async with self.transaction() as uow:
-            await uow.accounts.lock_user(user_id)
+            if not await uow.accounts.lock_user(user_id):
+                await uow.accounts.create_user_state(user_id)
             yield uow
 
     @asynccontextmanager

@@ -40,7 +40,12 @@ def build_engine(url: str, pool_size: int, autocommit: bool = False) -> AsyncEng
         max_overflow=pool_size,
         pool_recycle=1800,
         pool_timeout=10,
-        pool_reset_on_return=None if autocommit else "rollback",
+        # No ROLLBACK when a connection goes back to the pool: every write transaction ends in an
+        # explicit COMMIT or ROLLBACK (`Database.transaction`), and closing a connection rolls back
+        # whatever is still open, so the pool's own ROLLBACK would be a second, empty round trip.
+        pool_reset_on_return=None,
+        # Nor when a lookup on the autocommit engine ends: there is no transaction to roll back.
+        skip_autocommit_rollback=autocommit,
         isolation_level="AUTOCOMMIT" if autocommit else "READ COMMITTED",
         connect_args={"connect_timeout": 5, "charset": "utf8mb4"},
     )

@@ -10,7 +10,13 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from service.adapters.db.tables import memory_history, memory_item
+from service.adapters.db.tables import (
+    EXTRACTION_MODEL_SETTING,
+    memory_event_ledger,
+    memory_history,
+    memory_item,
+    memory_system_setting,
+)
 from service.core.model import MACHINE_SOURCES, DismissedBy, Group, MemoryRow, Scope, Source, Status
 
 t = memory_item
@@ -38,27 +44,50 @@ def _machine_active(*where: sa.ColumnElement[bool]) -> sa.Select[Any]:
     )
 
 
-_MACHINE_ACTIVE = {
-    with_project: _machine_active(_groups_clause(with_project)) for with_project in (False, True)
-}
 _MACHINE_ACTIVE_IN_GROUP = _machine_active(
     t.c.scope == sa.bindparam("scope"), t.c.project_key == sa.bindparam("project_key")
 )
-_USER_DISMISSED = {
-    with_project: sa.select(t.c.content)
-    .where(
-        t.c.user_id == _USER_ID,
-        t.c.status == Status.DISMISSED.value,
-        t.c.dismissed_by == DismissedBy.USER.value,
-        _groups_clause(with_project),
-    )
-    .order_by(t.c.updated_at.desc(), t.c.id.desc())
-    .limit(sa.bindparam("limit", type_=sa.Integer))
-    for with_project in (False, True)
-}
 _BY_HASHES = sa.select(t).where(
     t.c.user_id == _USER_ID, t.c.dedup_hash.in_(sa.bindparam("hashes", expanding=True))
 )
+# Under the lock, one read serves the whole decision: every ACTIVE row (the count, the machine-made
+# rows D13/D14 work on) and any row holding a candidate's hash.
+_POOL = sa.select(t).where(
+    t.c.user_id == _USER_ID,
+    sa.or_(t.c.status == Status.ACTIVE.value, t.c.dedup_hash.in_(sa.bindparam("hashes", expanding=True))),
+)
+
+
+def _extraction_inputs(with_project: bool) -> sa.Select[Any]:
+    """Before the model call, one read answers everything: is the event in the ledger, which model
+    is configured (D10), and the rows of the comparison set and the negative list (D13). The one-row
+    head is LEFT JOINed, so an empty pool still answers the first two."""
+    head = sa.select(
+        sa.exists().where(memory_event_ledger.c.event_id == sa.bindparam("event_id")).label("processed"),
+        sa.select(memory_system_setting.c.value)
+        .where(memory_system_setting.c.setting_key == EXTRACTION_MODEL_SETTING)
+        .scalar_subquery()
+        .label("configured_model"),
+    ).subquery("head")
+    rows = (
+        sa.select(t)
+        .where(
+            t.c.user_id == _USER_ID,
+            _groups_clause(with_project),
+            sa.or_(
+                sa.and_(
+                    t.c.status == Status.ACTIVE.value,
+                    t.c.source.in_(sorted(s.value for s in MACHINE_SOURCES)),
+                ),
+                sa.and_(t.c.status == Status.DISMISSED.value, t.c.dismissed_by == DismissedBy.USER.value),
+            ),
+        )
+        .subquery("m")
+    )
+    return sa.select(head, rows).select_from(head.outerjoin(rows, sa.true()))
+
+
+_EXTRACTION_INPUTS = {with_project: _extraction_inputs(with_project) for with_project in (False, True)}
 _ACTIVE_COUNT = (
     sa.select(sa.func.count())
     .select_from(t)
@@ -123,6 +152,14 @@ def to_record(r: Any) -> ItemRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class ExtractionInputs:
+    processed: bool
+    configured_model: str
+    machine_active: list[MemoryRow]
+    user_dismissed: list[str]  # newest first, at most the limit asked for
+
+
+@dataclass(frozen=True, slots=True)
 class ListFilter:
     scope: Scope | None = None
     project_key: str | None = None
@@ -156,12 +193,29 @@ class MemoryRepository:
     def __init__(self, conn: AsyncConnection) -> None:
         self.conn = conn
 
-    async def machine_active_in_groups(self, user_id: int, project_key: str | None) -> list[MemoryRow]:
-        """The rows D13 may show the model, D14 may demote and D15 may merge: machine-made
-        (AUTO or CONSOLIDATED), ACTIVE, of the USER group or this project."""
-        rows = await self.conn.execute(
-            _MACHINE_ACTIVE[bool(project_key)], {"user_id": user_id, "project_key": project_key}
+    async def extraction_inputs(
+        self, event_id: str, user_id: int, project_key: str | None, dismissed_limit: int = 200
+    ) -> ExtractionInputs:
+        result = await self.conn.execute(
+            _EXTRACTION_INPUTS[bool(project_key)],
+            {"event_id": event_id, "user_id": user_id, "project_key": project_key},
         )
+        processed, configured = False, ""
+        machine: list[MemoryRow] = []
+        dismissed: list[MemoryRow] = []
+        for r in result:
+            processed, configured = bool(r.processed), (r.configured_model or "").strip()
+            if r.id is None:
+                continue  # the head alone: no rows in the pool
+            row = to_record(r)
+            (machine if row.status is Status.ACTIVE else dismissed).append(row)
+        dismissed.sort(key=lambda d: (d.updated_at, d.id), reverse=True)
+        return ExtractionInputs(
+            processed, configured, machine, [d.content for d in dismissed[:dismissed_limit]]
+        )
+
+    async def pool(self, user_id: int, hashes: Iterable[str]) -> list[MemoryRow]:
+        rows = await self.conn.execute(_POOL, {"user_id": user_id, "hashes": sorted(set(hashes))})
         return [to_record(r) for r in rows]
 
     async def machine_active_in_group(self, user_id: int, group: Group) -> list[MemoryRow]:
@@ -171,14 +225,6 @@ class MemoryRepository:
             {"user_id": user_id, "scope": group.scope.value, "project_key": group.project_key},
         )
         return [to_record(r) for r in rows]
-
-    async def dismissed_contents(self, user_id: int, project_key: str | None, limit: int = 200) -> list[str]:
-        """The negative list of D13: what the user rejected; capacity demotions are not on it."""
-        rows = await self.conn.execute(
-            _USER_DISMISSED[bool(project_key)],
-            {"user_id": user_id, "project_key": project_key, "limit": limit},
-        )
-        return [r.content for r in rows]
 
     async def by_hashes(self, user_id: int, hashes: Iterable[str]) -> dict[str, MemoryRow]:
         wanted = sorted(set(hashes))

@@ -1,0 +1,100 @@
+"""Round trips per extracted event, counted by the server: `python -m bench.round_trips [driver]`.
+
+Runs the real extraction handler in this process over a fresh MariaDB database and the scripted
+model, and reads MariaDB's global statement counters around a batch of events (one new fact, one
+restated fact per user, as a steady pool sees them). Prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from typing import Any
+
+import pymysql
+
+from service.adapters.db.database import Database
+from service.adapters.db.engine import build_engine
+from service.adapters.llm_client import LlmClient
+from service.adapters.metrics import Metrics
+from service.app.caches import CaptureSwitch, ProjectRecorder
+from service.app.extraction import ExtractionHandler
+from service.config import Settings
+from service.core.events import TaskFinishedEvent
+from tests.support.processes import MYSQL_HOST, MYSQL_PORT, MariaDbDatabase
+from tests.support.scripted_llm import ScriptedLlm
+
+COUNTERS = (
+    "Com_select",
+    "Com_insert",
+    "Com_update",
+    "Com_delete",
+    "Com_commit",
+    "Com_rollback",
+    "Com_set_option",
+    "Com_begin",
+    "Questions",
+)
+USERS = 50
+
+
+def counters() -> dict[str, int]:
+    with pymysql.connect(host=MYSQL_HOST, port=MYSQL_PORT, user="root") as conn, conn.cursor() as cur:
+        cur.execute("SHOW GLOBAL STATUS WHERE Variable_name IN %s", (COUNTERS,))
+        return {name: int(value) for name, value in cur.fetchall()}
+
+
+def event(user_id: int, session: int, marker: str) -> TaskFinishedEvent:
+    return TaskFinishedEvent.model_validate_json(
+        json.dumps(
+            {
+                "eventId": f"rt-{user_id}-{session}",
+                "occurredAt": "2026-12-03T10:00:00Z",
+                "sessionId": session,
+                "userId": user_id,
+                "phase": "COMPLETED",
+                "sessionType": "MAIN",
+                "lastUserMessage": f"请记住这个长期偏好({marker}):以后所有的报告都用中文来写。",
+                "lastAssistantMessage": "好的。",
+            }
+        )
+    )
+
+
+async def main(driver: str) -> dict[str, Any]:
+    database = MariaDbDatabase().create()
+    llm = ScriptedLlm(record=False).start()
+    url = database.url.replace("mysql+aiomysql://", f"mysql+{driver}://")
+    db = Database(build_engine(url, 10), build_engine(url, 10, autocommit=True))
+    client = LlmClient(Metrics(), llm.api_base, "k", timeout_s=5, max_retries=0, retry_base_s=0.01)
+    settings = Settings(_env_file=None, default_model="openai/gpt-4o-mini", capture_cache_ttl_s=60)  # type: ignore[call-arg]
+    handler = ExtractionHandler(
+        db, client, Metrics(), settings, CaptureSwitch(db, 60), ProjectRecorder(db), asyncio.Semaphore(16)
+    )
+    try:
+        for u in range(USERS):
+            async with db.transaction() as uow:
+                await uow.accounts.set_capture(u + 1, True, db.now())
+                await uow.commit()
+            llm.script(f"rt-{u + 1}", [{"type": "user", "content": f"用户{u + 1}的偏好"}])
+        await handler.warm(range(1, USERS + 1))
+        for u in range(USERS):  # warm-up: each user's first event, connections opened
+            await handler.handle(event(u + 1, 1, f"rt-{u + 1}"))
+        before = counters()
+        for session in (2, 3):
+            for u in range(USERS):
+                await handler.handle(event(u + 1, session, f"rt-{u + 1}"))
+        after = counters()
+    finally:
+        await client.stop()
+        await db.dispose()
+        llm.stop()
+        database.drop()
+    events = 2 * USERS
+    per_event = {k.removeprefix("Com_"): round((after[k] - before[k]) / events, 2) for k in COUNTERS}
+    return {"driver": driver, "events": events, "per_event": per_event}
+
+
+if __name__ == "__main__":
+    print(json.dumps(asyncio.run(main(sys.argv[1] if len(sys.argv) > 1 else "aiomysql"))))
