@@ -65,7 +65,7 @@ def event(user_id: int, session: int, marker: str) -> TaskFinishedEvent:
 async def main(driver: str) -> dict[str, Any]:
     database = MariaDbDatabase().create()
     llm = ScriptedLlm(record=False).start()
-    url = database.url.replace("mysql+aiomysql://", f"mysql+{driver}://")
+    url = database.url.replace("mysql+asyncmy://", f"mysql+{driver}://")
     db = Database(build_engine(url, 10), build_engine(url, 10, autocommit=True))
     client = LlmClient(Metrics(), llm.api_base, "k", timeout_s=5, max_retries=0, retry_base_s=0.01)
     settings = Settings(_env_file=None, default_model="openai/gpt-4o-mini", capture_cache_ttl_s=60)  # type: ignore[call-arg]
@@ -97,4 +97,4 @@ async def main(driver: str) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(asyncio.run(main(sys.argv[1] if len(sys.argv) > 1 else "aiomysql"))))
+    print(json.dumps(asyncio.run(main(sys.argv[1] if len(sys.argv) > 1 else "asyncmy"))))

@@ -90,8 +90,8 @@ class Settings(BaseSettings):
     @field_validator("database_url")
     @classmethod
     def _known_driver(cls, value: str) -> str:
-        if not value.startswith(("mysql+aiomysql://", "sqlite+aiosqlite://")):
-            raise ValueError("must start with mysql+aiomysql:// or sqlite+aiosqlite://")
+        if not value.startswith(("mysql+asyncmy://", "mysql+aiomysql://", "sqlite+aiosqlite://")):
+            raise ValueError("must start with mysql+asyncmy://, mysql+aiomysql:// or sqlite+aiosqlite://")
         return value
 
     @field_validator("kafka_bootstrap")

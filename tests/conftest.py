@@ -57,9 +57,18 @@ async def sqlite_db(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[D
     await db.dispose()
 
 
-@pytest.fixture(params=["mysql", "sqlite"])
+@pytest.fixture(scope="session")
+async def aiomysql_db(mariadb: MariaDbDatabase) -> AsyncIterator[Database]:
+    """The same MariaDB database through the other MySQL driver (`mysql_db` uses asyncmy)."""
+    url = mariadb.url.replace("mysql+asyncmy://", "mysql+aiomysql://")
+    db = Database(build_engine(url, pool_size=10), build_engine(url, 10, autocommit=True))
+    yield db
+    await db.dispose()
+
+
+@pytest.fixture(params=["mysql", "aiomysql", "sqlite"])
 def any_db(request: pytest.FixtureRequest) -> Database:
-    """Runs a test once per dialect: one code path serves both."""
+    """Runs a test once per dialect and MySQL driver (aiomysql, asyncmy): one code path serves all."""
     return request.getfixturevalue(f"{request.param}_db")  # type: ignore[no-any-return]
 
 

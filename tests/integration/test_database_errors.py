@@ -35,10 +35,11 @@ from tests.support.processes import MariaDbDatabase
 from tests.support.scripted_llm import ScriptedLlm
 
 
-@pytest.fixture
-async def engine(mariadb: MariaDbDatabase) -> AsyncIterator[AsyncEngine]:
-    """Over a `scratch` table of its own, dropped afterwards (the schema drift test sees every table)."""
-    engine = build_engine(mariadb.url, pool_size=4)
+@pytest.fixture(params=["aiomysql", "asyncmy"])
+async def engine(mariadb: MariaDbDatabase, request: pytest.FixtureRequest) -> AsyncIterator[AsyncEngine]:
+    """Over a `scratch` table of its own, dropped afterwards (the schema drift test sees every table);
+    once per MySQL driver, since each raises its own exception classes."""
+    engine = build_engine(mariadb.url.replace("mysql+asyncmy", f"mysql+{request.param}"), pool_size=4)
     async with engine.begin() as conn:
         await conn.execute(sa.text("CREATE TABLE IF NOT EXISTS scratch (id INT PRIMARY KEY, v VARCHAR(4))"))
         await conn.execute(sa.text("INSERT IGNORE INTO scratch VALUES (1, 'a'), (2, 'b')"))

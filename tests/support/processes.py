@@ -36,7 +36,7 @@ class MariaDbDatabase:
 
     @property
     def url(self) -> str:
-        return f"mysql+aiomysql://root:@{MYSQL_HOST}:{MYSQL_PORT}/{self.name}"
+        return f"mysql+asyncmy://root:@{MYSQL_HOST}:{MYSQL_PORT}/{self.name}"
 
     def _admin(self) -> pymysql.connections.Connection:  # type: ignore[type-arg]
         return pymysql.connect(host=MYSQL_HOST, port=MYSQL_PORT, user="root", password="", autocommit=True)

@@ -1,0 +1,176 @@
+"""CPU per extracted event, by variant, side by side in one run: `python -m bench.cpu_profile`.
+
+The extraction handler runs in this process over MariaDB, with the model in a process of its own
+answering at once; 16 events are in flight. Variants swap one component at a time (the model call
+through `litellm.acompletion` or the shared session, aiomysql or asyncmy), next to a bare reference
+doing the same work with no service code: one aiohttp POST and the same seven statements through the
+raw driver. Prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from typing import Any
+
+import aiohttp
+import asyncmy
+import orjson
+
+from service.adapters.db.database import Database
+from service.adapters.db.engine import build_engine
+from service.adapters.llm_client import LlmClient
+from service.adapters.metrics import Metrics
+from service.app.caches import CaptureSwitch, ProjectRecorder
+from service.app.extraction import ExtractionHandler, Outcome
+from service.config import Settings
+from service.core.events import TaskFinishedEvent
+from tests.support.processes import MYSQL_HOST, MYSQL_PORT, MariaDbDatabase
+
+MODEL = "openai/gpt-4o-mini"
+EVENTS, USERS, IN_FLIGHT, WARM_UP = 1000, 500, 16, 100
+
+
+def event(user_id: int, session: int) -> TaskFinishedEvent:
+    payload = {
+        "eventId": f"cpu-{user_id}-{session}-{time.monotonic_ns()}",
+        "occurredAt": "2026-12-03T10:00:00Z",
+        "sessionId": session,
+        "userId": user_id,
+        "phase": "COMPLETED",
+        "sessionType": "MAIN",
+        "lastUserMessage": f"请记住这个长期偏好(bench-{user_id}):以后所有的报告都用中文来写,并附上摘要。",
+        "lastAssistantMessage": "好的,以后的报告都会用中文撰写并附上摘要。",
+    }
+    return TaskFinishedEvent.model_validate_json(json.dumps(payload))
+
+
+async def run_events(work: Any, first_user: int) -> float:
+    """CPU ms per event for `work(user_id, session)` over EVENTS events after a warm-up."""
+    slots = asyncio.Semaphore(IN_FLIGHT)
+
+    async def one(i: int) -> None:
+        async with slots:
+            await work(first_user + i % USERS, 10 + i // USERS)
+
+    await asyncio.gather(*(one(i) for i in range(WARM_UP)))
+    started = time.process_time()
+    await asyncio.gather(*(one(WARM_UP + i) for i in range(EVENTS)))
+    return round((time.process_time() - started) * 1000 / EVENTS, 2)
+
+
+async def service_variant(database: MariaDbDatabase, api_base: str, driver: str, fast: bool) -> float:
+    url = database.url.replace("mysql+asyncmy://", f"mysql+{driver}://")
+    db = Database(build_engine(url, 20), build_engine(url, 20, autocommit=True))
+    client = LlmClient(Metrics(), api_base, "k", timeout_s=10, max_retries=0, retry_base_s=0.01)
+    if not fast:
+        client._endpoints[MODEL] = None
+    settings = Settings(_env_file=None, default_model=MODEL, capture_cache_ttl_s=3600)  # type: ignore[call-arg]
+    handler = ExtractionHandler(
+        db, client, Metrics(), settings, CaptureSwitch(db, 3600), ProjectRecorder(db), asyncio.Semaphore(64)
+    )
+    first_user = 1_000_000 * (1 + len(driver) + 10 * fast)
+    async with db.transaction() as uow:
+        for u in range(USERS):
+            await uow.accounts.set_capture(first_user + u, True, db.now())
+        await uow.commit()
+    await handler.warm(range(first_user, first_user + USERS))
+
+    async def work(user_id: int, session: int) -> None:
+        outcome, _ = await handler.handle(event(user_id, session))
+        assert outcome is Outcome.EXTRACTED, outcome
+
+    try:
+        return await run_events(work, first_user)
+    finally:
+        await client.stop()
+        await db.dispose()
+
+
+async def bare_reference(database: MariaDbDatabase, api_base: str) -> float:
+    """The floor: what the same I/O costs with no service code around it (asyncmy, aiohttp, orjson)."""
+    pool = await asyncmy.create_pool(
+        host=MYSQL_HOST, port=MYSQL_PORT, user="root", db=database.name, maxsize=20, autocommit=False
+    )
+    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64))
+    url = f"{api_base}/chat/completions"
+    body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "bench-1 " + "请" * 600}]}
+
+    async def work(user_id: int, session_id: int) -> None:
+        event_id = f"bare-{user_id}-{session_id}-{time.monotonic_ns()}"
+        async with pool.acquire() as conn, conn.cursor() as cur:
+            await cur.execute(
+                "SELECT EXISTS(SELECT 1 FROM memory_event_ledger WHERE event_id=%s)", (event_id,)
+            )
+            await cur.fetchall()
+            await conn.commit()
+        async with session.post(url, data=orjson.dumps(body)) as response:
+            orjson.loads(await response.read())
+        async with pool.acquire() as conn, conn.cursor() as cur:
+            await cur.execute("SELECT user_id FROM memory_user_state WHERE user_id=%s FOR UPDATE", (user_id,))
+            await cur.fetchall()
+            await cur.execute(
+                "INSERT INTO memory_event_ledger VALUES (%s, %s, %s, 'extracted', NOW(6))",
+                (event_id, user_id, session_id),
+            )
+            await cur.execute("SELECT * FROM memory_item WHERE user_id=%s AND status='ACTIVE'", (user_id,))
+            await cur.fetchall()
+            await cur.execute(
+                "UPDATE memory_item SET updated_at=NOW(6) WHERE user_id=%s AND id=0", (user_id,)
+            )
+            await cur.execute(
+                "INSERT INTO memory_history (memory_id, user_id, action, actor, created_at) "
+                "VALUES (0, %s, 'touch', 'auto', NOW(6))",
+                (user_id,),
+            )
+            await conn.commit()
+
+    try:
+        return await run_events(work, 9_000_000)
+    finally:
+        await session.close()
+        pool.close()
+        await pool.wait_closed()
+
+
+def start_model_server(delay_s: float = 0.0) -> tuple[subprocess.Popen[str], str]:
+    # The model runs in a process of its own, so its CPU stays out of the figures.
+    server = subprocess.Popen(  # noqa: S603 - fixed arguments
+        [sys.executable, "-m", "bench.model_server", str(delay_s)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert server.stdout is not None
+    return server, server.stdout.readline().strip()
+
+
+async def measure(api_base: str) -> dict[str, Any]:
+    database = MariaDbDatabase().create()
+    try:
+        figures = {
+            "bare_reference": await bare_reference(database, api_base),
+            "acompletion+aiomysql": await service_variant(database, api_base, "aiomysql", fast=False),
+            "session+aiomysql": await service_variant(database, api_base, "aiomysql", fast=True),
+            "session+asyncmy": await service_variant(database, api_base, "asyncmy", fast=True),
+        }
+    finally:
+        database.drop()
+    return {"events": EVENTS, "in_flight": IN_FLIGHT, "cpu_ms_per_event": figures}
+
+
+def main() -> dict[str, Any]:
+    server, api_base = start_model_server()
+    try:
+        return asyncio.run(measure(api_base))
+    finally:
+        assert server.stdin is not None
+        server.stdin.close()
+        server.wait(10)
+
+
+if __name__ == "__main__":
+    print(json.dumps(main()))
