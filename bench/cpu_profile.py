@@ -3,8 +3,8 @@
 The extraction handler runs in this process over MariaDB, with the model in a process of its own
 answering at once; 16 events are in flight. Variants swap one component at a time (the model call
 through `litellm.acompletion` or the shared session, aiomysql or asyncmy), next to a bare reference
-doing the same work with no service code: one aiohttp POST and the same seven statements through the
-raw driver. Prints one JSON line.
+doing the same I/O with no service code: the same request body on one aiohttp POST and seven
+statements through the raw driver. Prints one JSON line (`--bare <api base>`: the reference alone).
 """
 
 from __future__ import annotations
@@ -22,12 +22,14 @@ import orjson
 
 from service.adapters.db.database import Database
 from service.adapters.db.engine import build_engine
-from service.adapters.llm_client import LlmClient
+from service.adapters.llm_client import AnswerShape, LlmClient, StructuredOutput, response_format
 from service.adapters.metrics import Metrics
 from service.app.caches import CaptureSwitch, ProjectRecorder
 from service.app.extraction import ExtractionHandler, Outcome
 from service.config import Settings
+from service.core.comparison_set import EMPTY
 from service.core.events import TaskFinishedEvent
+from service.core.extraction_prompt import ANSWER_SCHEMA, build_extraction_messages
 from tests.support.processes import MYSQL_HOST, MYSQL_PORT, MariaDbDatabase
 
 MODEL = "openai/gpt-4o-mini"
@@ -91,13 +93,35 @@ async def service_variant(database: MariaDbDatabase, api_base: str, driver: str,
 
 
 async def bare_reference(database: MariaDbDatabase, api_base: str) -> float:
-    """The floor: what the same I/O costs with no service code around it (asyncmy, aiohttp, orjson)."""
+    """The floor: the same I/O per event with no service code around it. The same request body the
+    service sends (its prompt, structured output and token cap), the answer decoded, and seven
+    statements like the service's through the raw asyncmy driver, over users holding a memory each."""
+    first_user = 9_000_000
     pool = await asyncmy.create_pool(
         host=MYSQL_HOST, port=MYSQL_PORT, user="root", db=database.name, maxsize=20, autocommit=False
     )
+    async with pool.acquire() as conn, conn.cursor() as cur:
+        await cur.executemany(
+            "INSERT INTO memory_item (user_id, scope, project_key, content, source, status, dedup_hash,"
+            " created_at, updated_at) VALUES (%s, 'USER', '', %s, 'AUTO', 'ACTIVE', %s, NOW(6), NOW(6))",
+            [(u, f"用户{u}的偏好", f"{u:040d}") for u in range(first_user, first_user + USERS)],
+        )
+        await conn.commit()
     session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64))
     url = f"{api_base}/chat/completions"
-    body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "bench-1 " + "请" * 600}]}
+    sample = event(first_user, 1)
+    messages = build_extraction_messages(
+        sample.last_user_message or "", sample.last_assistant_message or "", None, EMPTY, True
+    )
+    body = {
+        "model": "gpt-4o-mini",
+        "messages": messages,
+        "temperature": 0,
+        "max_tokens": 1024,
+        "response_format": response_format(
+            StructuredOutput.JSON_SCHEMA, AnswerShape("memories", ANSWER_SCHEMA, 1024)
+        ),
+    }
 
     async def work(user_id: int, session_id: int) -> None:
         event_id = f"bare-{user_id}-{session_id}-{time.monotonic_ns()}"
@@ -106,9 +130,12 @@ async def bare_reference(database: MariaDbDatabase, api_base: str) -> float:
                 "SELECT EXISTS(SELECT 1 FROM memory_event_ledger WHERE event_id=%s)", (event_id,)
             )
             await cur.fetchall()
+            await cur.execute("SELECT * FROM memory_item WHERE user_id=%s AND status='ACTIVE'", (user_id,))
+            await cur.fetchall()
             await conn.commit()
         async with session.post(url, data=orjson.dumps(body)) as response:
-            orjson.loads(await response.read())
+            answer = orjson.loads(await response.read())
+        orjson.loads(answer["choices"][0]["message"]["content"])
         async with pool.acquire() as conn, conn.cursor() as cur:
             await cur.execute("SELECT user_id FROM memory_user_state WHERE user_id=%s FOR UPDATE", (user_id,))
             await cur.fetchall()
@@ -117,19 +144,17 @@ async def bare_reference(database: MariaDbDatabase, api_base: str) -> float:
                 (event_id, user_id, session_id),
             )
             await cur.execute("SELECT * FROM memory_item WHERE user_id=%s AND status='ACTIVE'", (user_id,))
-            await cur.fetchall()
-            await cur.execute(
-                "UPDATE memory_item SET updated_at=NOW(6) WHERE user_id=%s AND id=0", (user_id,)
-            )
+            rows = await cur.fetchall()
+            await cur.execute("UPDATE memory_item SET updated_at=NOW(6) WHERE id=%s", (rows[0][0],))
             await cur.execute(
                 "INSERT INTO memory_history (memory_id, user_id, action, actor, created_at) "
-                "VALUES (0, %s, 'touch', 'auto', NOW(6))",
-                (user_id,),
+                "VALUES (%s, %s, 'touch', 'auto', NOW(6))",
+                (rows[0][0], user_id),
             )
             await conn.commit()
 
     try:
-        return await run_events(work, 9_000_000)
+        return await run_events(work, first_user)
     finally:
         await session.close()
         pool.close()
@@ -172,5 +197,16 @@ def main() -> dict[str, Any]:
         server.wait(10)
 
 
+async def bare_only(api_base: str) -> dict[str, float]:
+    database = MariaDbDatabase().create()
+    try:
+        return {"bare_reference": await bare_reference(database, api_base)}
+    finally:
+        database.drop()
+
+
 if __name__ == "__main__":
-    print(json.dumps(main()))
+    if sys.argv[1:2] == ["--bare"]:  # bench/run.py's case 2, against its own model server
+        print(json.dumps(asyncio.run(bare_only(sys.argv[2]))))
+    else:
+        print(json.dumps(main()))
