@@ -588,7 +588,7 @@ def write_reports(results: dict[str, Any]) -> None:
         "| case | measured | figure | target | met |",
         "|---|---|---|---|---|",
         *[
-            f"| {name} | {what} | {fig} | {r['target'] or '—'} | {'yes' if r['met'] else 'no'} |"
+            f"| {name} | {what} | {fig} | {r['target'] or '—'} | {met(r)} |"
             for name, what, fig, r in rows
         ],
         "",
