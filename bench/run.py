@@ -587,10 +587,7 @@ def write_reports(results: dict[str, Any]) -> None:
         "",
         "| case | measured | figure | target | met |",
         "|---|---|---|---|---|",
-        *[
-            f"| {name} | {what} | {fig} | {r['target'] or '—'} | {met(r)} |"
-            for name, what, fig, r in rows
-        ],
+        *[f"| {name} | {what} | {fig} | {r['target'] or '—'} | {met(r)} |" for name, what, fig, r in rows],
         "",
         "CPU per extracted event by variant (`bench/cpu_profile.py`, the handler in one process,",
         "16 in flight, the model answering at once in a process of its own):",
