@@ -35,6 +35,7 @@ class Settings(BaseSettings):
 
     http_host: str = "127.0.0.1"
     http_port: int = Field(default=8080, ge=0, le=65535)
+    api_docs: bool = True  # the interactive API page at /docs
 
     jwt_secret: SecretStr | None = None
     jwt_previous_secret: SecretStr | None = None  # still accepted while tokens signed with it expire

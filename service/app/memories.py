@@ -102,6 +102,14 @@ class MemoryService:
         assert item is not None
         return item
 
+    async def get(self, user_id: int, row_id: int) -> ItemRecord:
+        """One of the user's memories; another user's id is NotFound, like an unknown one (D4)."""
+        async with self._db.read() as uow:
+            item = await uow.memories.get(user_id, row_id)
+        if item is None:
+            raise NotFound
+        return item
+
     async def edit(self, user_id: int, row_id: int, content: str | None, status: Status | None) -> ItemRecord:
         async with self._db.locked_user(user_id) as uow:
             item = await uow.memories.get(user_id, row_id)

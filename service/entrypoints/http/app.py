@@ -45,7 +45,8 @@ def create_app(container: Container, include_api: bool, checks: dict[str, Check]
         title="mao-memory",
         version="0.1.0",
         description="Cross-session long-term memory: user CRUD, auto-capture switch, admin audit, injection.",
-        docs_url=None,
+        # The interactive API page (Swagger UI) for the API modes, unless switched off.
+        docs_url="/docs" if include_api and container.settings.api_docs else None,
         redoc_url=None,
     )
     install_error_handlers(app)

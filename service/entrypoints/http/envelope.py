@@ -90,6 +90,12 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}
+        if first.get("type") == "json_invalid":
+            reason = (first.get("ctx") or {}).get("error", "invalid JSON")
+            position = first.get("loc", ("body", "?"))[-1]
+            return error_response(
+                400, f"the request body is not valid JSON: {reason} at character {position}"
+            )
         where = ".".join(str(p) for p in first.get("loc", ()) if p not in {"body", "query", "path"})
         message = f"{where}: {first.get('msg', 'invalid')}" if where else str(first.get("msg", "invalid"))
         return error_response(400, message[:300])

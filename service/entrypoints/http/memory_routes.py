@@ -81,6 +81,11 @@ def memory_router(service: MemoryService) -> APIRouter:
         """Project keys seen in the caller's sessions and PROJECT memories, robot channels excluded."""
         return ok(await service.projects(me.user_id))
 
+    @router.get("/{memory_id}", response_model=Envelope[MemoryItem], responses=error_responses(404))
+    async def get_memory(me: Me, memory_id: MemoryId) -> dict[str, Any]:
+        """One memory of the caller's; 404 for an unknown id and for another user's."""
+        return ok(MemoryItem.of(await service.get(me.user_id, memory_id)))
+
     @router.patch("/{memory_id}", response_model=Envelope[MemoryItem], responses=error_responses(404, 409))
     async def patch_memory(me: Me, memory_id: MemoryId, body: PatchMemory) -> dict[str, Any]:
         """Edit content (re-hashed, status kept: D12) and/or switch ACTIVE ↔ DISMISSED."""

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import httpx
 import pytest
 
 from service.adapters.db.database import Database
+from service.bootstrap import Mode, build_container, build_http
+from service.config import Settings
 from service.core.model import Status
 from tests.integration.http.conftest import As
 from tests.support.pool import items, seed_many
@@ -186,9 +189,55 @@ async def test_another_users_memory_is_404_for_every_operation(me: As, other: As
     envelope_error(await other.patch(url, {"status": "DISMISSED"}), 404, 40400)
     envelope_error(await other.delete(url), 404, 40400)
     envelope_error(await other.get(f"{url}/history"), 404, 40400)
+    envelope_error(await other.get(url), 404, 40400)
     assert (await other.get("/api/v1/memory")).json()["data"]["total"] == 0
     mine = (await me.get("/api/v1/memory")).json()["data"]["items"]
     assert [(i["content"], i["status"]) for i in mine] == [("我的", Status.ACTIVE.value)]
+
+
+async def test_the_owner_reads_one_memory_until_it_is_deleted(me: As) -> None:
+    item = await me.create("单独读取的记忆", "PROJECT", "alpha")
+    url = f"/api/v1/memory/{item['id']}"
+    read = await me.get(url)
+    assert read.status_code == 200 and read.json() == {"code": 0, "message": "success", "data": item}
+    await me.delete(url)
+    envelope_error(await me.get(url), 404, 40400)
+    envelope_error(await me.get("/api/v1/memory/999999999999"), 404, 40400)
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (b'{"scope": "USER", "content": "x",}', "Expecting property name enclosed in double quotes"),
+        (b"{'scope': 'USER'}", "Expecting property name enclosed in double quotes"),
+        (b'{"scope": "USER"', "Expecting ',' delimiter"),
+    ],
+)
+async def test_a_malformed_json_body_is_400_with_a_readable_message(me: As, body: bytes, reason: str) -> None:
+    response = await me.client.post(
+        "/api/v1/memory", content=body, headers={**me.headers, "content-type": "application/json"}
+    )
+    envelope_error(response, 400, 40000)
+    message = response.json()["message"]
+    assert message.startswith(f"the request body is not valid JSON: {reason} at character ")
+
+
+async def test_the_interactive_api_page_is_served_and_can_be_switched_off(
+    http: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    page = await http.get("/docs")
+    assert page.status_code == 200 and "swagger-ui" in page.text and "/openapi.json" in page.text
+    settings = Settings(  # type: ignore[call-arg]
+        _env_file=None, database_url=f"sqlite+aiosqlite:///{tmp_path / 'off.db'}", api_docs=False
+    )
+    container = build_container(settings)
+    app = build_http(container, Mode.API)
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api") as off:
+            envelope_error(await off.get("/docs"), 404, 40400)
+            assert (await off.get("/openapi.json")).status_code == 200  # the schema stays
+    finally:
+        await container.db.dispose()
 
 
 async def test_unknown_ids_and_routes_answer_in_the_envelope(me: As) -> None:
