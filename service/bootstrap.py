@@ -18,7 +18,7 @@ from fastapi import FastAPI
 
 from service.adapters.circuit_breaker import BreakerState, CircuitBreaker
 from service.adapters.db.database import Database
-from service.adapters.db.engine import build_engine
+from service.adapters.db.engine import build_engine, head_revision
 from service.adapters.kafka.dead_letters import DeadLetterPublisher, build_broker
 from service.adapters.kafka.embedded_broker import EmbeddedBroker
 from service.adapters.kafka.runner import KeyOrderedRunner
@@ -200,8 +200,11 @@ def build_http(container: Container, mode: Mode) -> FastAPI:
 
 
 def _db_check(container: Container) -> Check:
+    """The database answers and holds the schema this code needs."""
+    wanted = head_revision()
+
     async def check() -> bool:
-        await container.db.ping()
+        await container.db.require_current_schema(wanted)
         return True
 
     return check
@@ -215,6 +218,42 @@ def _broker_check(container: Container) -> Check:
     return check
 
 
+class EmbeddedBrokerDied(RuntimeError):
+    pass
+
+
+class _Housekeeping:
+    """The background tasks beside the consumer: periodic retention, and the embedded broker's watch
+    (if it exits, nothing is consumed any more, so the service stops and exits non-zero)."""
+
+    def __init__(self) -> None:
+        self._tasks: list[asyncio.Task[None]] = []
+        self.broker_died = False
+
+    def start(self, container: Container, mode: Mode, stop: asyncio.Event) -> None:
+        if container.embedded is not None:
+            self._tasks.append(asyncio.create_task(self._watch(container.embedded, stop)))
+        hours = container.settings.retention_interval_hours
+        if mode is not Mode.API and hours > 0:
+            job = build_retention(container).run_forever(stop, timedelta(hours=hours))
+            self._tasks.append(asyncio.create_task(job))
+
+    async def stop(self) -> None:
+        """A retention run in progress is cut between its small transactions; the next one picks up."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _watch(self, broker: EmbeddedBroker, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            if not broker.alive:
+                log.error("embedded_broker_died", bootstrap=broker.bootstrap)
+                self.broker_died = True
+                stop.set()
+                return
+            await asyncio.sleep(1.0)
+
+
 class _Server(uvicorn.Server):
     def capture_signals(self):  # type: ignore[no-untyped-def]
         """Signals belong to `serve_forever`, which stops the consumer before the HTTP side."""
@@ -223,6 +262,12 @@ class _Server(uvicorn.Server):
 
 async def serve_forever(settings: Settings, mode: Mode) -> None:
     container = build_container(settings)
+    try:
+        # Refuse to start on a database without the current schema: every event would fail on it.
+        await container.db.require_current_schema(head_revision())
+    except BaseException:
+        await container.db.dispose()
+        raise
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -244,7 +289,7 @@ async def serve_forever(settings: Settings, mode: Mode) -> None:
     )
     http_task = asyncio.create_task(server.serve())
     consumer_task: asyncio.Task[None] | None = None
-    retention_task: asyncio.Task[None] | None = None
+    housekeeping = _Housekeeping()
     try:
         if mode is not Mode.API:
             await start_consumer(container)
@@ -253,9 +298,7 @@ async def serve_forever(settings: Settings, mode: Mode) -> None:
         gc.freeze()
         if container.runner is not None:
             consumer_task = asyncio.create_task(container.runner.run(stop))
-        if mode is not Mode.API and settings.retention_interval_hours > 0:
-            interval = timedelta(hours=settings.retention_interval_hours)
-            retention_task = asyncio.create_task(build_retention(container).run_forever(stop, interval))
+        housekeeping.start(container, mode, stop)
         log.info(
             "service_started", mode=mode.value, http_port=settings.http_port, bootstrap=container.bootstrap
         )
@@ -267,10 +310,7 @@ async def serve_forever(settings: Settings, mode: Mode) -> None:
         stop.set()
         if consumer_task is not None:
             await asyncio.gather(consumer_task, return_exceptions=True)
-        if retention_task is not None:
-            # A run in progress is cut between its small transactions; the next run picks up.
-            retention_task.cancel()
-            await asyncio.gather(retention_task, return_exceptions=True)
+        await housekeeping.stop()
         if container.consolidator is not None:
             await container.consolidator.close(settings.shutdown_grace_s)
         server.should_exit = True
@@ -282,3 +322,5 @@ async def serve_forever(settings: Settings, mode: Mode) -> None:
         if container.embedded is not None:
             container.embedded.stop()
         log.info("service_stopped")
+    if housekeeping.broker_died:
+        raise EmbeddedBrokerDied("the embedded broker exited; the service stopped with it")

@@ -76,10 +76,19 @@ def main(argv: list[str] | None = None) -> None:
         print(report.as_json(args.dry_run))
         return
 
-    from service.bootstrap import Mode, configure_logging, serve_forever
+    from service.adapters.db.engine import SchemaNotCurrent
+    from service.adapters.kafka.embedded_broker import PortTaken
+    from service.bootstrap import EmbeddedBrokerDied, Mode, configure_logging, serve_forever
 
     configure_logging(settings.log_level)
-    uvloop.run(serve_forever(settings, Mode(args.command)))
+    try:
+        uvloop.run(serve_forever(settings, Mode(args.command)))
+    except (SchemaNotCurrent, PortTaken) as exc:
+        print(f"mao-memory: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except EmbeddedBrokerDied as exc:
+        print(f"mao-memory: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

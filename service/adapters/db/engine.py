@@ -71,6 +71,27 @@ def sync_url(url: str) -> str:
     return parsed.set(drivername=driver).render_as_string(hide_password=False)
 
 
+def head_revision() -> str:
+    """The latest migration this code ships."""
+    from alembic.script import ScriptDirectory
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    head = ScriptDirectory.from_config(config).get_current_head()
+    assert head is not None
+    return head
+
+
+class SchemaNotCurrent(Exception):
+    """The database's schema is not the one this code was written for; `mao-memory migrate` fixes it."""
+
+    def __init__(self, found: str | None, wanted: str) -> None:
+        where = "has no schema" if found is None else f"is at schema revision {found}"
+        super().__init__(f"the database {where}; this code needs {wanted}: run `mao-memory migrate` first")
+        self.found = found
+        self.wanted = wanted
+
+
 def upgrade_schema(url: str, revision: str = "head") -> None:
     """Apply every pending migration (up to `revision`); a no-op when the schema is current, so safe
     to re-run."""
