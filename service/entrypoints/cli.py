@@ -1,16 +1,20 @@
-"""`mao-memory run | worker | api | migrate | retention | dlq replay`."""
+"""`mao-memory run | worker | api | migrate | retention | dev-token | dlq replay`."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import secrets
 import sys
-from datetime import UTC, datetime
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 
 import uvloop
-from pydantic import ValidationError
+from pydantic import SecretStr, ValidationError
 
 from service.config import Settings
+
+DEV_USER = 1
 
 
 def _load_settings() -> Settings:
@@ -22,12 +26,17 @@ def _load_settings() -> Settings:
         raise SystemExit(2) from None
 
 
+def _fail(message: str, code: int = 2) -> None:
+    print(f"mao-memory: {message}", file=sys.stderr)
+    raise SystemExit(code)
+
+
 def _timestamp(value: str) -> datetime:
     parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
-def main(argv: list[str] | None = None) -> None:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mao-memory", description="Long-term memory service for Mao agents")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("run", help="consumer and HTTP sidecar in one process")
@@ -38,6 +47,12 @@ def main(argv: list[str] | None = None) -> None:
         "retention",
         help="one retention run now (expired ledger rows, touch runs, old history); prints figures",
     )
+    token = commands.add_parser(
+        "dev-token", help="print a JWT for a test user, signed with MEMORY_JWT_SECRET"
+    )
+    token.add_argument("--user", type=int, required=True, help="the user id (the token's sub)")
+    token.add_argument("--admin", action="store_true", help="with memory:read and memory:admin")
+    token.add_argument("--hours", type=float, default=12.0, help="lifetime (default 12)")
     dlq = commands.add_parser("dlq", help="the dead-letter topic").add_subparsers(
         dest="dlq_command", required=True
     )
@@ -49,46 +64,102 @@ def main(argv: list[str] | None = None) -> None:
     replay_cmd.add_argument(
         "--dry-run", action="store_true", help="count what would be replayed, publish nothing"
     )
-    args = parser.parse_args(argv)
+    return parser
 
-    settings = _load_settings()
-    if args.command == "migrate":
-        from service.adapters.db.engine import upgrade_schema
 
-        upgrade_schema(settings.database_url)
-        print("mao-memory: schema is up to date")
-        return
+def _migrate(settings: Settings, _: argparse.Namespace) -> None:
+    from service.adapters.db.engine import current_revision, head_revision, upgrade_schema
 
-    if args.command == "retention":
-        from service.bootstrap import run_retention_once
+    before = current_revision(settings.database_url)
+    upgrade_schema(settings.database_url)
+    head = head_revision()
+    if before == head:
+        print(f"mao-memory: schema already at revision {head}")
+    else:
+        print(f"mao-memory: schema migrated from {before or 'nothing'} to revision {head}")
 
-        print(json.dumps(uvloop.run(run_retention_once(settings)).as_dict()))
-        return
 
-    if args.command == "dlq":
-        from service.adapters.kafka.replay import Selection, replay_dead_letters
+def _retention(settings: Settings, _: argparse.Namespace) -> None:
+    from service.bootstrap import run_retention_once
 
-        bootstrap = settings.kafka_bootstrap or f"127.0.0.1:{settings.embedded_kafka_port}"
-        selection = Selection(args.reason, args.since)
-        report = uvloop.run(
-            replay_dead_letters(bootstrap, settings.dlq_topic, settings.kafka_topic, selection, args.dry_run)
-        )
-        print(report.as_json(args.dry_run))
-        return
+    print(json.dumps(uvloop.run(run_retention_once(settings)).as_dict()))
 
+
+def _dev_token(settings: Settings, args: argparse.Namespace) -> None:
+    from service.entrypoints.http.auth import mint_token
+
+    if settings.jwt_secret is None:
+        _fail("MEMORY_JWT_SECRET is not set: a token signed with anything else would be refused")
+    print(mint_token(settings, args.user, admin=args.admin, lifetime=timedelta(hours=args.hours)))
+
+
+def _dlq(settings: Settings, args: argparse.Namespace) -> None:
+    from service.adapters.kafka.replay import Selection, replay_dead_letters
+
+    bootstrap = settings.kafka_bootstrap or f"127.0.0.1:{settings.embedded_kafka_port}"
+    selection = Selection(args.reason, args.since)
+    report = uvloop.run(
+        replay_dead_letters(bootstrap, settings.dlq_topic, settings.kafka_topic, selection, args.dry_run)
+    )
+    print(report.as_json(args.dry_run))
+
+
+def _with_throwaway_credentials(settings: Settings) -> Settings:
+    """`run` on its embedded defaults without credentials: secrets for this process only, and the
+    console URL with a ready token, so a first look needs no set-up. Never when a secret is set,
+    never with a real Kafka, never in `worker` or `api` mode."""
+    if settings.jwt_secret is not None or settings.kafka_bootstrap is not None:
+        return settings
+    from service.entrypoints.http.auth import mint_token
+
+    updates: dict[str, object] = {"jwt_secret": SecretStr(secrets.token_urlsafe(32))}
+    if settings.internal_token is None:
+        updates["internal_token"] = SecretStr(secrets.token_urlsafe(24))
+    throwaway = settings.model_copy(update=updates)
+    token = mint_token(throwaway, DEV_USER, admin=True, lifetime=timedelta(hours=12))
+    internal = throwaway.internal_token.get_secret_value() if throwaway.internal_token else ""
+    host = "127.0.0.1" if settings.http_host in {"0.0.0.0", "::"} else settings.http_host  # noqa: S104
+    print(
+        "mao-memory: no MEMORY_JWT_SECRET, so this run uses throwaway credentials (gone at exit):\n"
+        f"  console:        http://{host}:{settings.http_port}/console/#token={token}\n"
+        f"  user {DEV_USER} token:   {token}\n"
+        f"  internal token: {internal}",
+        flush=True,
+    )
+    return throwaway
+
+
+def _serve(settings: Settings, args: argparse.Namespace) -> None:
     from service.adapters.db.engine import SchemaNotCurrent
     from service.adapters.kafka.embedded_broker import PortTaken
     from service.bootstrap import EmbeddedBrokerDied, Mode, configure_logging, serve_forever
 
+    mode = Mode(args.command)
+    if mode is Mode.RUN:
+        settings = _with_throwaway_credentials(settings)
     configure_logging(settings.log_level)
     try:
-        uvloop.run(serve_forever(settings, Mode(args.command)))
+        uvloop.run(serve_forever(settings, mode))
     except (SchemaNotCurrent, PortTaken) as exc:
-        print(f"mao-memory: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+        _fail(str(exc))
     except EmbeddedBrokerDied as exc:
-        print(f"mao-memory: {exc}", file=sys.stderr)
-        raise SystemExit(1) from None
+        _fail(str(exc), code=1)
+
+
+COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], None]] = {
+    "run": _serve,
+    "worker": _serve,
+    "api": _serve,
+    "migrate": _migrate,
+    "retention": _retention,
+    "dev-token": _dev_token,
+    "dlq": _dlq,
+}
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    COMMANDS[args.command](_load_settings(), args)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -30,8 +32,19 @@ MAX_BACKOFF_S = 30.0
 # The poll loop waits for the batch's cache warm-up at most this long; the slow path covers the rest.
 WARM_TIMEOUT_S = 1.0
 
+# Skipped events are summed up in one INFO line per this many seconds.
+SKIP_SUMMARY_S = 60.0
+
 # Called once an extraction is committed; must return at once (consolidation runs in the background).
 AfterCommit = Callable[[Extracted], None]
+
+
+def _coordinates(record: ConsumerRecord[bytes, bytes], event: object) -> dict[str, object]:
+    """Where an event came from and whose it is, for its log line."""
+    fields: dict[str, object] = {"partition": record.partition, "offset": record.offset}
+    if isinstance(event, TaskFinishedEvent):
+        fields |= {"event_id": event.event_id, "user_id": event.user_id, "session_id": event.session_id}
+    return fields
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +71,9 @@ class EventProcessor:
         self._after_commit = after_commit
         # Bound once: resolving a label per event costs the skip path more than counting does.
         self._outcomes = {outcome: metrics.events.labels(outcome.value) for outcome in Outcome}
+        self._debug = logging.getLogger().isEnabledFor(logging.DEBUG)  # skips are too many to log otherwise
+        self._skips: Counter[str] = Counter()
+        self._skips_since = time.monotonic()
 
     async def prepare(self, records: list[ConsumerRecord[bytes, bytes]]) -> list[Received]:
         """Decode a fetched batch and read its users' capture switches in one round trip."""
@@ -79,6 +95,7 @@ class EventProcessor:
         if outcome is None:
             return False
         self._outcomes[outcome].inc()
+        self._log_skip(received, outcome, 0.0)
         return True
 
     async def __call__(self, received: Received) -> None:
@@ -91,9 +108,36 @@ class EventProcessor:
             outcome, extracted = Outcome.DEAD_LETTERED, None
         self._outcomes[outcome].inc()
         path = "llm" if outcome in {Outcome.EXTRACTED, Outcome.FAILED} else "skip"
-        self._metrics.processing_latency.labels(path).observe(time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        self._metrics.processing_latency.labels(path).observe(elapsed)
+        if path == "llm":
+            log.info(
+                "event_processed",
+                **_coordinates(received.record, received.event),
+                outcome=outcome.value,
+                ms=round(elapsed * 1000, 1),
+            )
+        elif outcome is not Outcome.DEAD_LETTERED:  # a dead letter has its own line
+            self._log_skip(received, outcome, elapsed)
         if extracted is not None and extracted.inserted and self._after_commit is not None:
             self._after_commit(extracted)
+
+    def _log_skip(self, received: Received, outcome: Outcome, elapsed: float) -> None:
+        """DEBUG per skip; at INFO, a count of skips by outcome once a minute (capture off is the first
+        thing a newcomer meets, and the skip path is too hot for a line per event)."""
+        if self._debug:
+            log.debug(
+                "event_skipped",
+                **_coordinates(received.record, received.event),
+                outcome=outcome.value,
+                ms=round(elapsed * 1000, 1),
+            )
+        self._skips[outcome.value] += 1
+        now = time.monotonic()
+        if now - self._skips_since >= SKIP_SUMMARY_S:
+            log.info("events_skipped", seconds=round(now - self._skips_since), **self._skips)
+            self._skips.clear()
+            self._skips_since = now
 
     async def _handle(
         self, record: ConsumerRecord[bytes, bytes], event: TaskFinishedEvent
@@ -107,7 +151,7 @@ class EventProcessor:
             except asyncio.CancelledError:
                 raise
             except ModelRejected as exc:
-                await self._dead_letter(record, "model_rejected", str(exc))
+                await self._dead_letter(record, "model_rejected", str(exc), event)
                 return Outcome.DEAD_LETTERED, None
             except ModelUnavailable as exc:
                 # The circuit breaker holds further calls while the outage lasts; this only spaces
@@ -124,12 +168,19 @@ class EventProcessor:
                     bug_attempts += 1
                     log.exception("event_processing_error", event_id=event.event_id, attempt=bug_attempts)
                     if bug_attempts >= MAX_BUG_ATTEMPTS:
-                        await self._dead_letter(record, "processing_error", f"{type(exc).__name__}: {exc}")
+                        detail = f"{type(exc).__name__}: {exc}"
+                        await self._dead_letter(record, "processing_error", detail, event)
                         return Outcome.DEAD_LETTERED, None
             await asyncio.sleep(delay)
             delay = min(delay * 2, MAX_BACKOFF_S)
 
-    async def _dead_letter(self, record: ConsumerRecord[bytes, bytes], reason: str, detail: str) -> None:
+    async def _dead_letter(
+        self,
+        record: ConsumerRecord[bytes, bytes],
+        reason: str,
+        detail: str,
+        event: TaskFinishedEvent | None = None,
+    ) -> None:
         """Returns once the DLQ holds the message, or a stub of it, or (if even the stub is refused for
         good) once the loss is counted and logged with the coordinates: the partition always moves on."""
         # The original headers travel along, so a replay can restore them.
@@ -142,11 +193,8 @@ class EventProcessor:
             "x-original-partition": str(record.partition),
             "x-original-offset": str(record.offset),
         }
-        coordinates = {
-            "key": (record.key or b"").decode("utf-8", "replace"),
-            "partition": record.partition,
-            "offset": record.offset,
-        }
+        coordinates = _coordinates(record, event)
+        coordinates["key"] = (record.key or b"").decode("utf-8", "replace")
         refusal = await self._publish_dead_letter(record.value, record.key, headers)
         if refusal is not None:
             log.warning("dlq_message_refused", reason=reason, error=repr(refusal), **coordinates)

@@ -9,7 +9,7 @@ import pytest
 from starlette.requests import Request
 
 from service.config import Settings
-from service.entrypoints.http.auth import Authenticator
+from service.entrypoints.http.auth import INTERNAL_NOT_CONFIGURED, MISSING, NOT_CONFIGURED, Authenticator
 from service.entrypoints.http.envelope import ApiError
 
 NEW, OLD = "new-secret-new-secret-new-secret-0123456789", "old-secret-old-secret-old-secret-0123456789"
@@ -58,3 +58,39 @@ def test_malformed_claims_are_401(claims: dict[str, object]) -> None:
     with pytest.raises(ApiError) as refused:
         auth().caller(request(signed(NEW, **claims)))
     assert refused.value.status == 401
+
+
+def refusal(authenticator: Authenticator, req: Request, internal: bool = False) -> str:
+    with pytest.raises(ApiError) as refused:
+        authenticator.internal(req) if internal else authenticator.caller(req)
+    assert refused.value.status == 401
+    return refused.value.message
+
+
+@pytest.mark.parametrize(
+    ("token", "message"),
+    [
+        (signed(NEW, exp=int(time.time()) - 10), "invalid token: expired"),
+        (signed(NEW, nbf=int(time.time()) + 600), "invalid token: not valid yet"),
+        (signed(OLD), "invalid token: signature does not match"),
+        (signed(NEW, sub=42), 'invalid token: sub must be the user id as a string, such as "42"'),
+        (signed(NEW, sub="abc"), 'invalid token: sub must be the user id as a string, such as "42"'),
+        (jwt.encode({"sub": "42"}, NEW, algorithm="HS256"), "invalid token: exp and sub are required"),
+        (signed(NEW).replace(".", "", 1), "invalid token: not a JWT"),
+        (
+            jwt.encode({"sub": "42", "exp": int(time.time()) + 60}, NEW * 2, algorithm="HS512"),
+            "invalid token: only HS256 is accepted",
+        ),
+    ],
+)
+def test_each_cause_has_one_message(token: str, message: str) -> None:
+    assert refusal(auth(), request(token)) == message
+
+
+def test_an_unconfigured_service_says_so_before_looking_at_the_request() -> None:
+    bare = Authenticator(Settings(_env_file=None))  # type: ignore[call-arg]
+    no_header = Request({"type": "http", "headers": []})
+    assert refusal(bare, no_header) == refusal(bare, request(signed(NEW))) == NOT_CONFIGURED
+    assert refusal(bare, request("x"), internal=True) == INTERNAL_NOT_CONFIGURED
+    assert refusal(auth(), no_header) == MISSING
+    assert refusal(auth(internal_token="t-1"), request("t-2"), internal=True) == "invalid internal token"

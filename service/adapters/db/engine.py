@@ -71,6 +71,22 @@ def sync_url(url: str) -> str:
     return parsed.set(drivername=driver).render_as_string(hide_password=False)
 
 
+def current_revision(url: str) -> str | None:
+    """The database's Alembic revision, None before the first migration (read synchronously, for the CLI)."""
+    from alembic.migration import MigrationContext
+    from sqlalchemy import create_engine
+
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        _ensure_parent(parsed.database)
+    engine = create_engine(sync_url(url))
+    try:
+        with engine.connect() as conn:
+            return MigrationContext.configure(conn).get_current_revision()
+    finally:
+        engine.dispose()
+
+
 def head_revision() -> str:
     """The latest migration this code ships."""
     from alembic.script import ScriptDirectory

@@ -1,0 +1,71 @@
+"""One log line per event outcome, with the event's coordinates; skips summed up once a minute."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, cast
+
+import pytest
+from aiokafka import ConsumerRecord
+from structlog.testing import capture_logs
+
+from service.adapters.db.database import Database
+from service.adapters.kafka.dead_letters import DeadLetterPublisher
+from service.adapters.metrics import Metrics
+from service.app.caches import CaptureSwitch
+from service.core.events import decode_event
+from service.entrypoints import consumer
+from service.entrypoints.consumer import EventProcessor, Received
+from tests.conftest import event_payload, said
+from tests.integration.conftest import HandlerFactory
+from tests.integration.test_database_errors import RecordingDeadLetters
+from tests.support.pool import set_capture
+from tests.support.scripted_llm import ScriptedLlm
+
+
+def received(payload: dict[str, Any] | bytes, offset: int) -> Received:
+    raw = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    record = ConsumerRecord("t", 3, offset, 0, 0, b"key-9", raw, None, 5, len(raw), [])
+    return Received(record, decode_event(raw, 1 << 20))
+
+
+async def test_extractions_dead_letters_and_skips_each_say_what_happened_to_which_event(
+    mysql_db: Database,
+    make_handler: HandlerFactory,
+    llm: ScriptedLlm,
+    user_id: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    await set_capture(mysql_db, user_id)
+    await set_capture(mysql_db, user_id + 1, enabled=False)
+    llm.script(f"m{user_id}", [{"type": "user", "content": "报告用中文写"}])
+    processor = EventProcessor(
+        make_handler(mysql_db, capture=CaptureSwitch(mysql_db, 60)),
+        cast(DeadLetterPublisher, RecordingDeadLetters()),
+        Metrics(),
+        after_commit=None,
+    )
+    extracted = received(event_payload(user_id, 11, lastUserMessage=said(f"m{user_id}")), 100)
+    skipped = received(event_payload(user_id + 1, 12), 101)
+    broken = received(b"{not json", 102)
+    await processor.prepare([skipped.record])
+    monkeypatch.setattr(consumer, "SKIP_SUMMARY_S", 0.0)
+
+    with capture_logs() as logs:
+        await processor(extracted)
+        assert processor.try_fast(skipped)
+        await processor(broken)
+
+    [done] = [e for e in logs if e["event"] == "event_processed"]
+    assert done["outcome"] == "extracted" and done["ms"] > 0
+    assert (done["event_id"], done["user_id"], done["session_id"], done["partition"], done["offset"]) == (
+        extracted.event.event_id,  # type: ignore[union-attr]
+        user_id,
+        11,
+        3,
+        100,
+    )
+    [summary] = [e for e in logs if e["event"] == "events_skipped"]
+    assert summary["skipped_capture_off"] == 1 and summary["log_level"] == "info"
+    [dead] = [e for e in logs if e["event"] == "event_dead_lettered"]
+    assert (dead["reason"], dead["key"], dead["offset"]) == ("invalid_json", "key-9", 102) and dead["error"]

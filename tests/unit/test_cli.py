@@ -1,0 +1,86 @@
+"""The command line a newcomer meets first: tokens for test users, a first run without set-up, migrate."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jwt
+import pytest
+from starlette.requests import Request
+
+from service.config import Settings
+from service.entrypoints.cli import _with_throwaway_credentials
+from service.entrypoints.http.auth import Authenticator
+
+SECRET = "cli-secret-cli-secret-cli-secret-0123456789"
+
+
+def cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("MEMORY_")}
+    return subprocess.run(
+        [sys.executable, "-m", "service.entrypoints.cli", *args],
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def caller(settings: Settings, token: str) -> tuple[int, frozenset[str]]:
+    request = Request({"type": "http", "headers": [(b"authorization", f"Bearer {token}".encode())]})
+    found = Authenticator(settings).caller(request)
+    return found.user_id, found.permissions
+
+
+def test_dev_token_prints_a_token_the_service_accepts() -> None:
+    made = cli("dev-token", "--user", "42", "--admin", MEMORY_JWT_SECRET=SECRET, MEMORY_JWT_ISSUER="mao")
+    assert made.returncode == 0, made.stderr
+    token = made.stdout.strip()
+    assert jwt.decode(token, SECRET, algorithms=["HS256"], issuer="mao")["sub"] == "42"
+    settings = Settings(_env_file=None, jwt_secret=SECRET, jwt_issuer="mao")  # type: ignore[call-arg]
+    assert caller(settings, token) == (42, frozenset({"memory:read", "memory:admin"}))
+    plain = cli("dev-token", "--user", "7", MEMORY_JWT_SECRET=SECRET).stdout.strip()
+    assert caller(Settings(_env_file=None, jwt_secret=SECRET), plain) == (7, frozenset())  # type: ignore[call-arg]
+
+
+def test_dev_token_without_a_secret_says_what_is_missing() -> None:
+    made = cli("dev-token", "--user", "42")
+    assert made.returncode == 2 and "MEMORY_JWT_SECRET is not set" in made.stderr
+
+
+def test_a_first_run_on_embedded_defaults_gets_throwaway_credentials(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    settings = _with_throwaway_credentials(Settings(_env_file=None))  # type: ignore[call-arg]
+    printed = capsys.readouterr().out
+    assert settings.jwt_secret is not None and settings.internal_token is not None
+    token = printed.split("#token=")[1].split()[0]
+    assert "http://127.0.0.1:8080/console/#token=" in printed
+    assert caller(settings, token) == (1, frozenset({"memory:read", "memory:admin"}))
+    again = _with_throwaway_credentials(Settings(_env_file=None))  # type: ignore[call-arg]
+    assert again.jwt_secret is not None
+    assert again.jwt_secret.get_secret_value() != settings.jwt_secret.get_secret_value()  # per run
+
+
+@pytest.mark.parametrize(
+    "configured",
+    [{"jwt_secret": SECRET}, {"kafka_bootstrap": "kafka:9092"}],
+)
+def test_no_throwaway_credentials_with_a_secret_or_a_real_kafka(
+    configured: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings = Settings(_env_file=None, **configured)  # type: ignore[arg-type]
+    assert _with_throwaway_credentials(settings) is settings
+    assert capsys.readouterr().out == ""
+
+
+def test_migrate_says_what_it_did(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'm.db'}"
+    first, second = cli("migrate", MEMORY_DATABASE_URL=url), cli("migrate", MEMORY_DATABASE_URL=url)
+    assert first.returncode == second.returncode == 0, first.stderr
+    assert "schema migrated from nothing to revision" in first.stdout
+    assert "schema already at revision" in second.stdout
