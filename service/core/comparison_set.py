@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from service.core.model import USER_GROUP, Group, MemoryRow, Scope
+from service.core.model import Group, MemoryRow, Scope, session_groups
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +31,7 @@ def build_comparison_set(
 ) -> ComparisonSet:
     """Keep only machine-made ACTIVE rows of the USER group and the session's project group, in a
     stable order: merged rows are matched like extracted ones, MANUAL rows never."""
-    groups = {USER_GROUP} | ({Group(Scope.PROJECT, project_key)} if project_key else set())
+    groups = session_groups(project_key)
     legal = [r for r in rows if r.machine_active and r.group in groups]
     legal.sort(key=lambda r: (r.scope is not Scope.USER, r.updated_at, r.id))
     return ComparisonSet(rows={i: r for i, r in enumerate(legal, start=1)}, dismissed=dismissed)

@@ -66,6 +66,11 @@ class Group:
 USER_GROUP = Group(Scope.USER, "")
 
 
+def session_groups(project_key: str | None) -> set[Group]:
+    """The groups an extraction works on: the USER group, and the session's project if it has one."""
+    return {USER_GROUP, Group(Scope.PROJECT, project_key)} if project_key else {USER_GROUP}
+
+
 @dataclass(frozen=True, slots=True)
 class MemoryRow:
     id: int

@@ -23,6 +23,7 @@ from service.core.model import (
     Scope,
     Source,
     Status,
+    session_groups,
 )
 from service.core.normalize import dedup_hash
 
@@ -93,7 +94,7 @@ class PoolState:
     @classmethod
     def of(cls, rows: Iterable[MemoryRow], project_key: str | None, hashes: set[str]) -> PoolState:
         """From one read of the user's rows: every ACTIVE row, and any row holding one of `hashes`."""
-        groups = {USER_GROUP} | ({Group(Scope.PROJECT, project_key)} if project_key else set())
+        groups = session_groups(project_key)
         machine_active: dict[int, MemoryRow] = {}
         by_hash: dict[str, MemoryRow] = {}
         active = 0
