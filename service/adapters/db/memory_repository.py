@@ -35,17 +35,16 @@ def _groups_clause(with_project: bool) -> sa.ColumnElement[bool]:
 _USER_ID: sa.BindParameter[int] = sa.bindparam("user_id")
 
 
-def _machine_active(*where: sa.ColumnElement[bool]) -> sa.Select[Any]:
-    return sa.select(t).where(
-        t.c.user_id == _USER_ID,
-        t.c.status == Status.ACTIVE.value,
-        t.c.source.in_(sorted(s.value for s in MACHINE_SOURCES)),
-        *where,
-    )
-
-
-_MACHINE_ACTIVE_IN_GROUP = _machine_active(
-    t.c.scope == sa.bindparam("scope"), t.c.project_key == sa.bindparam("project_key")
+# What D13 may show the model, D14 may demote and D15 may merge: machine-made (AUTO or CONSOLIDATED)
+# and ACTIVE.
+_MACHINE_ACTIVE = sa.and_(
+    t.c.status == Status.ACTIVE.value, t.c.source.in_(sorted(s.value for s in MACHINE_SOURCES))
+)
+_MACHINE_ACTIVE_IN_GROUP = sa.select(t).where(
+    t.c.user_id == _USER_ID,
+    _MACHINE_ACTIVE,
+    t.c.scope == sa.bindparam("scope"),
+    t.c.project_key == sa.bindparam("project_key"),
 )
 _BY_HASHES = sa.select(t).where(
     t.c.user_id == _USER_ID, t.c.dedup_hash.in_(sa.bindparam("hashes", expanding=True))
@@ -75,10 +74,7 @@ def _extraction_inputs(with_project: bool) -> sa.Select[Any]:
             t.c.user_id == _USER_ID,
             _groups_clause(with_project),
             sa.or_(
-                sa.and_(
-                    t.c.status == Status.ACTIVE.value,
-                    t.c.source.in_(sorted(s.value for s in MACHINE_SOURCES)),
-                ),
+                _MACHINE_ACTIVE,
                 sa.and_(t.c.status == Status.DISMISSED.value, t.c.dismissed_by == DismissedBy.USER.value),
             ),
         )
