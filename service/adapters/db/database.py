@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from service.adapters.db.account_repository import AccountRepository
-from service.adapters.db.engine import SchemaNotCurrent
+from service.adapters.db.engine import SchemaNotCurrent, revision_of
 from service.adapters.db.memory_repository import MemoryRepository
 from service.core.clock import Clock, SystemClock
 
@@ -88,18 +88,10 @@ class Database:
         async with self.read_engine.connect() as conn:
             await conn.execute(sa.text("SELECT 1"))
 
-    async def schema_revision(self) -> str | None:
-        """Alembic's revision of this database; None when it has no schema at all."""
-        async with self.read_engine.connect() as conn:
-            has_table = await conn.run_sync(lambda sync: sa.inspect(sync).has_table("alembic_version"))
-            if not has_table:
-                return None
-            found = await conn.scalar(sa.text("SELECT version_num FROM alembic_version"))
-        return str(found) if found is not None else None
-
     async def require_current_schema(self, wanted: str) -> None:
         """Raises SchemaNotCurrent unless the database is at `wanted` (the code's head revision)."""
-        found = await self.schema_revision()
+        async with self.read_engine.connect() as conn:
+            found = await conn.run_sync(revision_of)
         if found != wanted:
             raise SchemaNotCurrent(found, wanted)
 

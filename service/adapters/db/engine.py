@@ -7,7 +7,9 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import event
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -71,29 +73,37 @@ def sync_url(url: str) -> str:
     return parsed.set(drivername=driver).render_as_string(hide_password=False)
 
 
-def current_revision(url: str) -> str | None:
-    """The database's Alembic revision, None before the first migration (read synchronously, for the CLI)."""
-    from alembic.migration import MigrationContext
-    from sqlalchemy import create_engine
+def _alembic(url: str | None = None) -> Config:
+    """Alembic's configuration for this code's migrations, and for the database at `url` if given
+    (a SQLite file's directory is created first)."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    if url is not None:
+        parsed = make_url(url)
+        if parsed.get_backend_name() == "sqlite":
+            _ensure_parent(parsed.database)
+        config.set_main_option("sqlalchemy.url", sync_url(url).replace("%", "%%"))
+    return config
 
-    parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite":
-        _ensure_parent(parsed.database)
-    engine = create_engine(sync_url(url))
+
+def revision_of(conn: Connection) -> str | None:
+    """The database's Alembic revision, None before the first migration."""
+    return MigrationContext.configure(conn).get_current_revision()
+
+
+def current_revision(url: str) -> str | None:
+    """`revision_of`, synchronously from a URL (for the CLI)."""
+    engine = create_engine(_alembic(url).get_main_option("sqlalchemy.url") or "")
     try:
         with engine.connect() as conn:
-            return MigrationContext.configure(conn).get_current_revision()
+            return revision_of(conn)
     finally:
         engine.dispose()
 
 
 def head_revision() -> str:
     """The latest migration this code ships."""
-    from alembic.script import ScriptDirectory
-
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS_DIR))
-    head = ScriptDirectory.from_config(config).get_current_head()
+    head = ScriptDirectory.from_config(_alembic()).get_current_head()
     assert head is not None
     return head
 
@@ -111,10 +121,4 @@ class SchemaNotCurrent(Exception):
 def upgrade_schema(url: str, revision: str = "head") -> None:
     """Apply every pending migration (up to `revision`); a no-op when the schema is current, so safe
     to re-run."""
-    parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite":
-        _ensure_parent(parsed.database)
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS_DIR))
-    config.set_main_option("sqlalchemy.url", sync_url(url).replace("%", "%%"))
-    command.upgrade(config, revision)
+    command.upgrade(_alembic(url), revision)
