@@ -241,7 +241,7 @@ class LlmClient:
         key = (call.model, mode, call.shape.max_tokens)
         params = self._params.get(key)
         if params is None:
-            fmt = response_format(mode, call.shape) if mode is not StructuredOutput.OFF else None
+            fmt = response_format(mode, call.shape)
             params = self._params[key] = endpoint.params(self._litellm, call.shape.max_tokens, fmt)
         body = endpoint.body(call.messages, params)
         async with self._http().post(endpoint.url, data=body, headers=endpoint.headers) as response:
@@ -271,9 +271,8 @@ class LlmClient:
         return self._session
 
     async def _through_litellm(self, call: _Call, mode: StructuredOutput) -> _Result:
-        extra = (
-            {"response_format": response_format(mode, call.shape)} if mode is not StructuredOutput.OFF else {}
-        )
+        fmt = response_format(mode, call.shape)
+        extra = {"response_format": fmt} if fmt is not None else {}
         response = await self._litellm.acompletion(
             model=call.model,
             messages=call.messages,
@@ -326,7 +325,10 @@ class LlmClient:
         return float(self._retry_base_s * (2**attempt) * (0.5 + random.random()))
 
 
-def response_format(mode: StructuredOutput, shape: AnswerShape) -> dict[str, Any]:
+def response_format(mode: StructuredOutput, shape: AnswerShape) -> dict[str, Any] | None:
+    """The request's `response_format`; None when structured output is off."""
+    if mode is StructuredOutput.OFF:
+        return None
     if mode is StructuredOutput.JSON_SCHEMA:
         return {
             "type": "json_schema",

@@ -45,7 +45,8 @@ async def via_service(
 
 
 async def via_litellm(base: str, model: str, mode: StructuredOutput, llm: ScriptedLlm) -> Request:
-    extra = {"response_format": response_format(mode, SHAPE)} if mode is not StructuredOutput.OFF else {}
+    fmt = response_format(mode, SHAPE)
+    extra = {"response_format": fmt} if fmt is not None else {}
     await import_litellm().acompletion(
         model=model,
         messages=MESSAGES,
