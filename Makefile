@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: install run test faults simulate test-model lint unit schemas bench clean
+.PHONY: install run test faults simulate test-model lint unit schemas bench clean screenshots
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -57,6 +57,12 @@ lint: install
 
 unit: install
 	$(BIN)/pytest tests/unit
+
+## The console screenshots in docs/screenshots (needs MariaDB and Chromium, like `make test`).
+screenshots: install
+	scripts/ensure-mariadb
+	scripts/ensure-tools
+	MEMORY_SCREENSHOTS_DIR=docs/screenshots $(BIN)/pytest -p no:cacheprovider tests/e2e/test_console.py -k screenshots
 
 schemas: install
 	$(BIN)/python scripts/generate_schemas.py

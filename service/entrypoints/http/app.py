@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
 from service.app.memories import MemoryService
@@ -60,8 +61,14 @@ def create_app(container: Container, include_api: bool, checks: dict[str, Check]
         app.include_router(admin_router(service, settings.default_model))
         app.include_router(internal_router(service, settings))
         app.mount("/console", ConsoleFiles(directory=CONSOLE_DIR, html=True), name="console")
+        app.add_api_route("/favicon.ico", _favicon, include_in_schema=False)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
+
+
+async def _favicon() -> FileResponse:
+    """Browsers ask for /favicon.ico whatever the page links; the console's icon answers."""
+    return FileResponse(CONSOLE_DIR / "favicon.svg", media_type="image/svg+xml")
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:
