@@ -58,7 +58,7 @@ class Request:
 
 
 class ScriptedLlm:
-    def __init__(self, record: bool = True) -> None:
+    def __init__(self, record: bool = True, port: int = 0) -> None:
         self._lock = threading.Lock()
         self._record = record  # off for long runs: every prompt kept would fill the memory
         self.rules: list[Rule] = []
@@ -66,7 +66,7 @@ class ScriptedLlm:
         self.default_delay_s = 0.0
         # Answers requests no rule matches: a function of the request, for streams of many events.
         self.responder: Callable[[Request], str | None] | None = None
-        self._server = _Server(("127.0.0.1", 0), self._handler_class())
+        self._server = _Server(("127.0.0.1", port), self._handler_class())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
