@@ -30,7 +30,8 @@ from service.config import Settings
 from service.core.comparison_set import EMPTY
 from service.core.events import TaskFinishedEvent
 from service.core.extraction_prompt import ANSWER_SCHEMA, build_extraction_messages
-from tests.support.processes import MYSQL_HOST, MYSQL_PORT, MariaDbDatabase
+from tests.support.backends import mysql_server
+from tests.support.processes import MariaDbDatabase
 
 MODEL = "openai/gpt-4o-mini"
 EVENTS, USERS, IN_FLIGHT, WARM_UP = 1000, 500, 16, 100
@@ -98,7 +99,12 @@ async def bare_reference(database: MariaDbDatabase, api_base: str) -> float:
     statements like the service's through the raw asyncmy driver, over users holding a memory each."""
     first_user = 9_000_000
     pool = await asyncmy.create_pool(
-        host=MYSQL_HOST, port=MYSQL_PORT, user="root", db=database.name, maxsize=20, autocommit=False
+        host=mysql_server().host,
+        port=mysql_server().port,
+        user="root",
+        db=database.name,
+        maxsize=20,
+        autocommit=False,
     )
     async with pool.acquire() as conn, conn.cursor() as cur:
         await cur.executemany(

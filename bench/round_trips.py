@@ -22,7 +22,8 @@ from service.app.caches import CaptureSwitch, ProjectRecorder
 from service.app.extraction import ExtractionHandler
 from service.config import Settings
 from service.core.events import TaskFinishedEvent
-from tests.support.processes import MYSQL_HOST, MYSQL_PORT, MariaDbDatabase
+from tests.support.backends import mysql_server
+from tests.support.processes import MariaDbDatabase
 from tests.support.scripted_llm import ScriptedLlm
 
 COUNTERS = (
@@ -40,7 +41,10 @@ USERS = 50
 
 
 def counters() -> dict[str, int]:
-    with pymysql.connect(host=MYSQL_HOST, port=MYSQL_PORT, user="root") as conn, conn.cursor() as cur:
+    with (
+        pymysql.connect(host=mysql_server().host, port=mysql_server().port, user="root") as conn,
+        conn.cursor() as cur,
+    ):
         cur.execute("SHOW GLOBAL STATUS WHERE Variable_name IN %s", (COUNTERS,))
         return {name: int(value) for name, value in cur.fetchall()}
 

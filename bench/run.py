@@ -26,7 +26,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from service.adapters.kafka.topics import ensure_topics
 from service.core.model import Scope
 from service.core.normalize import dedup_hash
-from tests.support.processes import MYSQL_HOST, MYSQL_PORT, MariaDbDatabase, ServiceProcess, TansuBroker
+from tests.support.backends import mysql_server
+from tests.support.processes import MariaDbDatabase, ServiceProcess, TansuBroker
 from tests.support.scripted_llm import ScriptedLlm
 
 HERE = Path(__file__).resolve().parent
@@ -140,7 +141,9 @@ class Bench:
         await ensure_topics(self.broker.bootstrap, [topic, f"{topic}.dlq"], PARTITIONS)
         base_user = random.randint(10**9, 2 * 10**9)
         users = [base_user + s for s in range(sessions)]
-        with pymysql.connect(host=MYSQL_HOST, port=MYSQL_PORT, user="root", database=self.db.name) as conn:
+        with pymysql.connect(
+            host=mysql_server().host, port=mysql_server().port, user="root", database=self.db.name
+        ) as conn:
             conn.cursor().executemany(
                 "INSERT INTO user_memory_preference VALUES (%s, 1, NOW(6), NOW(6))", [(u,) for u in users]
             )
@@ -168,7 +171,9 @@ class Bench:
         return result
 
     def order_ok(self, users: list[int]) -> bool:
-        with pymysql.connect(host=MYSQL_HOST, port=MYSQL_PORT, user="root", database=self.db.name) as conn:
+        with pymysql.connect(
+            host=mysql_server().host, port=mysql_server().port, user="root", database=self.db.name
+        ) as conn:
             cur = conn.cursor()
             cur.execute(
                 "SELECT event_id, processed_at FROM memory_event_ledger WHERE user_id BETWEEN %s AND %s",
@@ -267,7 +272,12 @@ class Bench:
         finally:
             api.stop()
         pool = await aiomysql.create_pool(
-            host=MYSQL_HOST, port=MYSQL_PORT, user="root", db=self.db.name, maxsize=20, autocommit=True
+            host=mysql_server().host,
+            port=mysql_server().port,
+            user="root",
+            db=self.db.name,
+            maxsize=20,
+            autocommit=True,
         )
         try:
 
@@ -446,7 +456,9 @@ async def load(call: Any, user_ids: list[int]) -> dict[str, float]:
 
 def seed_injection_pool(database: str) -> None:
     """10,000 users × 50 ACTIVE memories: 25 USER and 25 in one of ten projects."""
-    with pymysql.connect(host=MYSQL_HOST, port=MYSQL_PORT, user="root", database=database) as conn:
+    with pymysql.connect(
+        host=mysql_server().host, port=mysql_server().port, user="root", database=database
+    ) as conn:
         cur = conn.cursor()
         for start in range(1, INJECT_USERS + 1, 500):
             rows = []

@@ -1,4 +1,5 @@
-"""Shared fixtures: a fresh MariaDB database per run, the scripted LLM, the Tansu broker."""
+"""Shared fixtures: a fresh MySQL database per run, the scripted LLM, the broker (tests/support/backends.py
+says which servers: the local MariaDB and Tansu, or containers)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from hypothesis import settings as hypothesis_settings
 
 from service.adapters.db.database import Database
 from service.adapters.db.engine import build_engine, upgrade_schema
-from tests.support.processes import MariaDbDatabase, TansuBroker
+from tests.support.backends import Broker, session_broker
+from tests.support.processes import MariaDbDatabase
 from tests.support.scripted_llm import ScriptedLlm
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -86,10 +88,10 @@ def llm(llm_server: ScriptedLlm) -> ScriptedLlm:
 
 
 @pytest.fixture(scope="session")
-def broker() -> Iterator[TansuBroker]:
-    tansu = TansuBroker().start()
-    yield tansu
-    tansu.stop()
+def broker() -> Iterator[Broker]:
+    started = session_broker().start()
+    yield started
+    started.stop()
 
 
 async def eventually(

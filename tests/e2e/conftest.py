@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from tests.support.processes import MariaDbDatabase, ServiceProcess, TansuBroker
+from tests.support.backends import Broker
+from tests.support.processes import MariaDbDatabase, ServiceProcess
 from tests.support.scripted_llm import ScriptedLlm
 
 JWT_SECRET = "e2e-jwt-secret-with-enough-entropy-0123456789"
@@ -28,9 +29,7 @@ def topics() -> Topics:
     return Topics()
 
 
-def service_env(
-    mariadb: MariaDbDatabase, broker: TansuBroker, llm: ScriptedLlm, topics: Topics
-) -> dict[str, str]:
+def service_env(mariadb: MariaDbDatabase, broker: Broker, llm: ScriptedLlm, topics: Topics) -> dict[str, str]:
     return {
         "MEMORY_DATABASE_URL": mariadb.url,
         "MEMORY_KAFKA_BOOTSTRAP": broker.bootstrap,
@@ -52,7 +51,7 @@ def service_env(
 
 @pytest.fixture(scope="session")
 def service(
-    mariadb: MariaDbDatabase, broker: TansuBroker, llm_server: ScriptedLlm, topics: Topics
+    mariadb: MariaDbDatabase, broker: Broker, llm_server: ScriptedLlm, topics: Topics
 ) -> Iterator[ServiceProcess]:
     process = ServiceProcess("run", service_env(mariadb, broker, llm_server, topics)).start()
     yield process
@@ -60,7 +59,7 @@ def service(
 
 
 @pytest.fixture(scope="session")
-async def producer(broker: TansuBroker) -> AsyncIterator[AIOKafkaProducer]:
+async def producer(broker: Broker) -> AsyncIterator[AIOKafkaProducer]:
     client = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, max_request_size=8 * 1024 * 1024)
     await client.start()
     yield client

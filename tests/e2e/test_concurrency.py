@@ -14,8 +14,9 @@ from aiokafka import AIOKafkaProducer
 from service.adapters.db.database import Database
 from tests.conftest import event_payload, eventually
 from tests.e2e.conftest import Topics, publish, service_env
+from tests.support.backends import Broker
 from tests.support.pool import history, items, ledger_of_user, seed_many, set_capture
-from tests.support.processes import OUTPUT, MariaDbDatabase, ServiceProcess, TansuBroker
+from tests.support.processes import OUTPUT, MariaDbDatabase, ServiceProcess
 from tests.support.scripted_llm import ScriptedLlm
 
 EVENTS = 60
@@ -28,7 +29,7 @@ def assigned(worker: ServiceProcess) -> float:
 
 @pytest.fixture
 def two_workers(
-    mariadb: MariaDbDatabase, broker: TansuBroker, llm_server: ScriptedLlm
+    mariadb: MariaDbDatabase, broker: Broker, llm_server: ScriptedLlm
 ) -> Iterator[tuple[list[ServiceProcess], Topics]]:
     topics = Topics()
     env = service_env(mariadb, broker, llm_server, topics)

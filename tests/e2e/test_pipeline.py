@@ -11,8 +11,9 @@ from service.adapters.db.database import Database
 from service.core.model import Status
 from tests.conftest import event_payload, eventually, said
 from tests.e2e.conftest import Topics, publish, read_topic
+from tests.support.backends import Broker
 from tests.support.pool import items, ledger, seed, set_capture
-from tests.support.processes import ServiceProcess, TansuBroker
+from tests.support.processes import ServiceProcess
 from tests.support.scripted_llm import ScriptedLlm
 
 
@@ -126,7 +127,7 @@ async def test_poison_message_goes_to_the_dlq_and_the_next_event_is_processed(
     service: ServiceProcess,
     producer: AIOKafkaProducer,
     topics: Topics,
-    broker: TansuBroker,
+    broker: Broker,
     mysql_db: Database,
     llm: ScriptedLlm,
     user_id: int,

@@ -20,7 +20,7 @@ from tests.conftest import event_payload, eventually
 from tests.e2e.conftest import JWT_SECRET, Topics, publish, read_topic, service_env
 from tests.faults.conftest import Report
 from tests.support.pool import items, ledger_of_user, set_capture
-from tests.support.processes import MYSQL_HOST, MYSQL_PORT, MariaDbDatabase, ServiceProcess, TansuBroker
+from tests.support.processes import MariaDbDatabase, ServiceProcess, TansuBroker
 from tests.support.scripted_llm import Request, ScriptedLlm
 from tests.support.tcp_proxy import TcpProxy
 from tests.support.tokens import bearer, token
@@ -333,8 +333,9 @@ async def test_database_outage_of_10_s_stops_commits_and_recovers(
     user_id: int,
     report: Report,
 ) -> None:
-    proxy = TcpProxy(MYSQL_HOST, MYSQL_PORT).start()
-    proxied = mariadb.url.replace(f"{MYSQL_HOST}:{MYSQL_PORT}", f"127.0.0.1:{proxy.port}")
+    server = mariadb.server
+    proxy = TcpProxy(server.host, server.port).start()
+    proxied = mariadb.url.replace(f"{server.host}:{server.port}", f"127.0.0.1:{proxy.port}")
     users = [user_id + i for i in range(30)]
     for u in users:
         await set_capture(mysql_db, u)

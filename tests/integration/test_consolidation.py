@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 from datetime import timedelta
 
-import pymysql
 import pytest
 import sqlalchemy as sa
 
@@ -18,8 +17,9 @@ from service.app.consolidation import Consolidator
 from service.app.extraction import Extracted
 from service.core.consolidation import RunResult, Thresholds
 from service.core.model import MAX_ACTIVE_PER_USER, Group, Scope, Source, Status
+from tests.support.backends import mysql_server
 from tests.support.pool import history, items, seed, seed_many
-from tests.support.processes import MYSQL_HOST, MYSQL_PORT, OUTPUT, MariaDbDatabase
+from tests.support.processes import OUTPUT, MariaDbDatabase
 from tests.support.scripted_llm import ScriptedLlm
 
 MAO = Group(Scope.PROJECT, "mao")
@@ -186,7 +186,7 @@ async def test_a_connection_killed_between_insert_and_deletes_leaves_the_group_u
     async def kill_then_delete(self: MemoryRepository, user: int, row_id: int) -> None:
         if not killed:
             connection_id = int(await self.conn.scalar(sa.text("SELECT CONNECTION_ID()")) or 0)
-            with pymysql.connect(host=MYSQL_HOST, port=MYSQL_PORT, user="root", password="") as admin:
+            with mysql_server().connect() as admin:
                 admin.cursor().execute(f"KILL {connection_id}")
             killed.append(connection_id)
         await original(self, user, row_id)

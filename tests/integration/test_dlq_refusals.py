@@ -24,7 +24,7 @@ from service.core.events import decode_event
 from service.entrypoints.consumer import EventProcessor, Received
 from tests.integration.conftest import HandlerFactory
 from tests.integration.test_dlq_replay import read_all
-from tests.support.processes import TansuBroker
+from tests.support.backends import Broker
 
 
 def poison(topic: str, size: int) -> Received:
@@ -37,7 +37,7 @@ def poison(topic: str, size: int) -> Received:
 
 
 async def test_a_dead_letter_too_large_for_the_dlq_is_published_as_a_stub(
-    broker: TansuBroker, mysql_db: Database, make_handler: HandlerFactory
+    broker: Broker, mysql_db: Database, make_handler: HandlerFactory
 ) -> None:
     topic = f"task.finished.{uuid.uuid4().hex[:8]}"
     dlq = f"{topic}.dlq"

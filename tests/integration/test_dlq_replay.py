@@ -19,8 +19,8 @@ from service.core.events import decode_event
 from service.entrypoints.consumer import EventProcessor, Received
 from tests.conftest import event_payload, said
 from tests.integration.conftest import HandlerFactory
+from tests.support.backends import Broker
 from tests.support.pool import items, ledger, set_capture
-from tests.support.processes import TansuBroker
 from tests.support.scripted_llm import ScriptedLlm
 
 
@@ -41,7 +41,7 @@ async def read_all(bootstrap: str, topic: str) -> list[ConsumerRecord[bytes, byt
 
 
 async def test_a_rejected_event_is_dead_lettered_then_replayed_and_extracted_once(
-    broker: TansuBroker, mysql_db: Database, make_handler: HandlerFactory, llm: ScriptedLlm, user_id: int
+    broker: Broker, mysql_db: Database, make_handler: HandlerFactory, llm: ScriptedLlm, user_id: int
 ) -> None:
     topic = f"task.finished.{uuid.uuid4().hex[:8]}"
     dlq = f"{topic}.dlq"

@@ -12,7 +12,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPa
 from service.adapters.kafka.runner import KeyOrderedRunner
 from service.adapters.kafka.topics import ensure_topics
 from service.adapters.metrics import Metrics
-from tests.support.processes import TansuBroker
+from tests.support.backends import Broker
 
 KEYS, PER_KEY = 40, 10
 Record = ConsumerRecord[bytes, bytes]
@@ -95,7 +95,7 @@ async def run_until(recorder: Recorder, runner: KeyOrderedRunner, total: int, ti
     await task
 
 
-async def test_keys_stay_in_order_and_commits_never_pass_unfinished_records(broker: TansuBroker) -> None:
+async def test_keys_stay_in_order_and_commits_never_pass_unfinished_records(broker: Broker) -> None:
     topic, group = f"order-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
     await ensure_topics(broker.bootstrap, [topic], partitions=4)
     await produce(broker.bootstrap, topic)
@@ -111,7 +111,7 @@ async def test_keys_stay_in_order_and_commits_never_pass_unfinished_records(brok
     assert {k: v for k, v in recorder.seen.items()} == {str(k): list(range(PER_KEY)) for k in range(KEYS)}
 
 
-async def test_a_stop_midway_loses_nothing_and_a_restart_resumes_from_the_commit(broker: TansuBroker) -> None:
+async def test_a_stop_midway_loses_nothing_and_a_restart_resumes_from_the_commit(broker: Broker) -> None:
     topic, group = f"order-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
     await ensure_topics(broker.bootstrap, [topic], partitions=4)
     await produce(broker.bootstrap, topic)
@@ -140,7 +140,7 @@ async def test_a_stop_midway_loses_nothing_and_a_restart_resumes_from_the_commit
 
 
 async def test_one_key_on_two_partitions_commits_each_partition_past_its_own_records(
-    broker: TansuBroker,
+    broker: Broker,
 ) -> None:
     """After the topic grows, a session's older records sit on one partition and its newer on another."""
     topic, group = f"order-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"

@@ -15,11 +15,10 @@ import httpx
 import pymysql
 
 from service.adapters.db.engine import upgrade_schema
+from tests.support.backends import mysql_server
 
 ROOT = Path(__file__).resolve().parents[2]
 OUTPUT = ROOT / "tests" / "output"
-MYSQL_HOST = os.environ.get("MEMORY_TEST_MYSQL_HOST", "127.0.0.1")
-MYSQL_PORT = int(os.environ.get("MEMORY_TEST_MYSQL_PORT", "3306"))
 
 
 def free_port() -> int:
@@ -33,13 +32,14 @@ class MariaDbDatabase:
 
     def __init__(self) -> None:
         self.name = f"mm_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+        self.server = mysql_server()
 
     @property
     def url(self) -> str:
-        return f"mysql+asyncmy://root:@{MYSQL_HOST}:{MYSQL_PORT}/{self.name}"
+        return self.server.url(self.name)
 
     def _admin(self) -> pymysql.connections.Connection:  # type: ignore[type-arg]
-        return pymysql.connect(host=MYSQL_HOST, port=MYSQL_PORT, user="root", password="", autocommit=True)
+        return self.server.connect(autocommit=True)
 
     def create(self, revision: str = "head") -> MariaDbDatabase:
         with self._admin() as conn, conn.cursor() as cur:
