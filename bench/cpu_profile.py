@@ -25,7 +25,7 @@ from service.adapters.db.engine import build_engine
 from service.adapters.llm_client import AnswerShape, LlmClient, StructuredOutput, response_format
 from service.adapters.metrics import Metrics
 from service.app.caches import CaptureSwitch, ProjectRecorder
-from service.app.extraction import ExtractionHandler, Outcome
+from service.app.extraction import ExtractionHandler, ExtractionSlots, Outcome
 from service.config import Settings
 from service.core.comparison_set import EMPTY
 from service.core.events import TaskFinishedEvent
@@ -73,7 +73,13 @@ async def service_variant(database: MariaDbDatabase, api_base: str, driver: str,
         client._endpoints[MODEL] = None
     settings = Settings(_env_file=None, default_model=MODEL, capture_cache_ttl_s=3600)  # type: ignore[call-arg]
     handler = ExtractionHandler(
-        db, client, Metrics(), settings, CaptureSwitch(db, 3600), ProjectRecorder(db), asyncio.Semaphore(64)
+        db,
+        client,
+        Metrics(),
+        settings,
+        CaptureSwitch(db, 3600),
+        ProjectRecorder(db),
+        ExtractionSlots.of(64, 10),
     )
     first_user = 1_000_000 * (1 + len(driver) + 10 * fast)
     async with db.transaction() as uow:

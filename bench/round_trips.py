@@ -19,7 +19,7 @@ from service.adapters.db.engine import build_engine
 from service.adapters.llm_client import LlmClient
 from service.adapters.metrics import Metrics
 from service.app.caches import CaptureSwitch, ProjectRecorder
-from service.app.extraction import ExtractionHandler
+from service.app.extraction import ExtractionHandler, ExtractionSlots
 from service.config import Settings
 from service.core.events import TaskFinishedEvent
 from tests.support.backends import mysql_server
@@ -74,7 +74,13 @@ async def main(driver: str) -> dict[str, Any]:
     client = LlmClient(Metrics(), llm.api_base, "k", timeout_s=5, max_retries=0, retry_base_s=0.01)
     settings = Settings(_env_file=None, default_model="openai/gpt-4o-mini", capture_cache_ttl_s=60)  # type: ignore[call-arg]
     handler = ExtractionHandler(
-        db, client, Metrics(), settings, CaptureSwitch(db, 60), ProjectRecorder(db), asyncio.Semaphore(16)
+        db,
+        client,
+        Metrics(),
+        settings,
+        CaptureSwitch(db, 60),
+        ProjectRecorder(db),
+        ExtractionSlots.of(16, 10),
     )
     try:
         for u in range(USERS):

@@ -27,7 +27,7 @@ from service.adapters.llm_client import LlmClient
 from service.adapters.metrics import Metrics
 from service.app.caches import CaptureSwitch, ProjectRecorder
 from service.app.consolidation import Consolidator, thresholds
-from service.app.extraction import ExtractionHandler
+from service.app.extraction import ExtractionHandler, ExtractionSlots
 from service.app.retention import Horizons, RetentionJob, RetentionReport
 from service.config import Settings
 from service.entrypoints.consumer import EventProcessor, Received
@@ -146,7 +146,7 @@ async def start_consumer(container: Container) -> None:
         settings,
         container.capture,
         ProjectRecorder(container.db),
-        extraction_slots=asyncio.Semaphore(settings.max_in_flight),
+        slots=ExtractionSlots.of(settings.max_in_flight, settings.database_pool_size),
     )
     container.consolidator = Consolidator(
         container.db, llm, container.metrics, thresholds(settings), settings.llm_consolidation_max_tokens

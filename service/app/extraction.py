@@ -82,6 +82,24 @@ class Extracted:
     active_after: int  # the user's ACTIVE rows when the extraction committed
 
 
+@dataclass(frozen=True, slots=True)
+class ExtractionSlots:
+    """Two bounds, so that a model slot is never spent waiting on the database.
+
+    `model`: MEMORY_MAX_IN_FLIGHT model calls at once, the scarce resource of a latency-bound
+    stream. `database`: extractions' reads and write transactions at once, sized to the write pool,
+    so a burst queues here rather than on the pool's timeout, and HTTP keeps the pool's overflow.
+    Skips take neither, so they never queue behind model calls.
+    """
+
+    model: asyncio.Semaphore
+    database: asyncio.Semaphore
+
+    @classmethod
+    def of(cls, model_calls: int, database_work: int) -> ExtractionSlots:
+        return cls(asyncio.Semaphore(model_calls), asyncio.Semaphore(database_work))
+
+
 class ExtractionHandler:
     def __init__(
         self,
@@ -91,7 +109,7 @@ class ExtractionHandler:
         settings: Settings,
         capture: CaptureSwitch,
         projects: ProjectRecorder,
-        extraction_slots: asyncio.Semaphore,
+        slots: ExtractionSlots,
     ) -> None:
         self._db = db
         self._llm = llm
@@ -99,10 +117,7 @@ class ExtractionHandler:
         self._settings = settings
         self._capture = capture
         self._projects = projects
-        # MEMORY_MAX_IN_FLIGHT bounds the events between their filters and their commit: their
-        # database work as well as their model call, so a burst queues here, not on the connection
-        # pool. Skips never take a slot, so they never queue behind model calls.
-        self._extraction_slots = extraction_slots
+        self._slots = slots
         self._shape = AnswerShape("memories", ANSWER_SCHEMA, settings.llm_max_tokens)
 
     async def warm(self, user_ids: Iterable[int]) -> None:
@@ -133,13 +148,12 @@ class ExtractionHandler:
             skip = input_skip(event) if await self._capture.enabled(event.user_id) else Skip.CAPTURE_OFF
         if skip is not None:
             return Outcome(skip.value), None
-        async with self._extraction_slots:
-            return await self._extract(event, project_key)
+        return await self._extract(event, project_key)
 
     async def _extract(
         self, event: TaskFinishedEvent, project_key: str | None
     ) -> tuple[Outcome, Extracted | None]:
-        async with self._db.read() as uow:
+        async with self._slots.database, self._db.read() as uow:
             processed, configured, existing = await self._inputs(uow, event, project_key)
         if processed:
             return Outcome.SKIPPED_DUPLICATE_EVENT, None
@@ -150,7 +164,8 @@ class ExtractionHandler:
             event.last_user_message or "", event.last_assistant_message or "", project_key, existing, wrapped
         )
         try:
-            answer = await self._llm.complete("extraction", model, messages, self._shape)
+            async with self._slots.model:
+                answer = await self._llm.complete("extraction", model, messages, self._shape)
         except LlmError as exc:
             log.warning("extraction_llm_failed", event_id=event.event_id, kind=exc.kind, error=exc.detail)
             if exc.retryable:
@@ -198,7 +213,7 @@ class ExtractionHandler:
         """Ledger row and memory writes in one transaction under the user's lock; None if already done.
         `answer` None: the model answered something unusable; the event is finished without memory."""
         outcome = Outcome.EXTRACTED if answer is not None else Outcome.FAILED
-        async with self._db.locked_user(event.user_id) as uow:
+        async with self._slots.database, self._db.locked_user(event.user_id) as uow:
             now = self._db.now()
             if not await uow.accounts.mark_processed(
                 event.event_id, event.user_id, event.session_id, outcome.value, now

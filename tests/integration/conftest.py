@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import datetime
 from typing import Any
@@ -11,7 +10,7 @@ from service.adapters.db.database import Database
 from service.adapters.llm_client import LlmClient
 from service.adapters.metrics import Metrics
 from service.app.caches import CaptureSwitch, ProjectRecorder
-from service.app.extraction import ExtractionHandler
+from service.app.extraction import ExtractionHandler, ExtractionSlots
 from service.config import Settings
 from service.core.events import TaskFinishedEvent
 from tests.conftest import event_payload
@@ -54,6 +53,7 @@ def make_handler(llm: ScriptedLlm, llm_client: LlmClient, metrics: Metrics) -> H
         llm: LlmClient | None = None,
         capture: CaptureSwitch | None = None,
         slots: int = 8,
+        database_slots: int = 8,
         **overrides: Any,
     ) -> ExtractionHandler:
         values = {"default_model": DEFAULT_MODEL, "capture_cache_ttl_s": 0} | overrides
@@ -65,7 +65,7 @@ def make_handler(llm: ScriptedLlm, llm_client: LlmClient, metrics: Metrics) -> H
             settings,
             capture or CaptureSwitch(db, 0),
             ProjectRecorder(db),
-            extraction_slots=asyncio.Semaphore(slots),
+            slots=ExtractionSlots.of(slots, database_slots),
         )
 
     return build

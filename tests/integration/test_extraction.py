@@ -14,7 +14,7 @@ from service.app.caches import CaptureSwitch
 from service.app.extraction import ModelRejected, ModelUnavailable, Outcome
 from service.core.model import Group, Scope, Source, Status
 from service.core.project_keys import RobotKeys
-from tests.conftest import said
+from tests.conftest import eventually, said
 from tests.integration.conftest import DEFAULT_MODEL, HandlerFactory, make_event
 from tests.support.pool import history, items, ledger, ledger_of_user, seed, set_capture
 from tests.support.scripted_llm import ScriptedLlm
@@ -204,25 +204,52 @@ class CountedReads:
             self.active -= 1
 
 
-async def test_the_in_flight_bound_covers_database_work_as_well_as_the_model_call(
+async def test_model_calls_and_database_rounds_each_keep_their_own_bound(
     mysql_db: Database, make_handler: HandlerFactory, llm: ScriptedLlm, user_id: int
 ) -> None:
-    """A burst queues for a slot, not on the connection pool."""
+    """A burst queues for a slot, not on the connection pool, and never holds more than its bounds."""
     users = [user_id + i for i in range(6)]
     for u in users:
         await set_capture(mysql_db, u)
         llm.script(f"m{u}", [{"type": "user", "content": f"事实{u}"}], delay_s=0.2)
     counted = CountedReads(mysql_db)
-    handler = make_handler(cast(Database, counted), capture=CaptureSwitch(mysql_db, 0), slots=2)
+    handler = make_handler(
+        cast(Database, counted), capture=CaptureSwitch(mysql_db, 0), slots=2, database_slots=1
+    )
 
     outcomes = await asyncio.gather(
         *(handler.handle(make_event(u, lastUserMessage=said(f"m{u}"))) for u in users)
     )
 
     assert [o for o, _ in outcomes] == [Outcome.EXTRACTED] * 6
-    assert counted.most <= 2
+    assert counted.most == 1
     calls = sorted(r.at for u in users for r in llm.calls(f"m{u}"))
     assert all(later - earlier >= 0.15 for earlier, later in zip(calls, calls[2:], strict=False))
+
+
+async def test_a_model_slot_is_free_while_its_event_waits_on_the_database(
+    mysql_db: Database, make_handler: HandlerFactory, llm: ScriptedLlm, user_id: int
+) -> None:
+    """One model slot: the second user's call starts while the first user's write waits for a lock."""
+    first, second = user_id, user_id + 1
+    for u in (first, second):
+        await set_capture(mysql_db, u)
+        llm.script(f"m{u}", [{"type": "user", "content": f"事实{u}"}])
+    handler = make_handler(mysql_db, capture=CaptureSwitch(mysql_db, 0), slots=1, database_slots=2)
+
+    async with mysql_db.locked_user(first):  # someone else holds the first user's lock meanwhile
+        waiting = asyncio.create_task(handler.handle(make_event(first, lastUserMessage=said(f"m{first}"))))
+
+        async def first_calls() -> int:
+            return len(llm.calls(f"m{first}"))
+
+        assert await eventually(first_calls, bool) == 1  # its answer is in; its write waits
+        outcome, _ = await asyncio.wait_for(
+            handler.handle(make_event(second, lastUserMessage=said(f"m{second}"))), timeout=10
+        )
+        assert outcome is Outcome.EXTRACTED and not waiting.done()
+    assert (await waiting)[0] is Outcome.EXTRACTED
+    assert [i.content for i in await items(mysql_db, first)] == [f"事实{first}"]
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import os
 import subprocess
@@ -19,7 +18,7 @@ from service.adapters.db.engine import upgrade_schema
 from service.adapters.llm_client import LlmClient
 from service.app.caches import ProjectRecorder
 from service.app.consolidation import Consolidator, thresholds
-from service.app.extraction import ExtractionHandler
+from service.app.extraction import ExtractionHandler, ExtractionSlots
 from service.bootstrap import Container, Mode, build_container, build_http
 from service.config import Settings
 from tests.simulation.driver import START, RecordingLlm, Simulation, Tally
@@ -91,7 +90,7 @@ async def service_stack(url: str, model_base: str) -> AsyncIterator[Stack]:
         settings,
         container.capture,
         ProjectRecorder(container.db),
-        asyncio.Semaphore(settings.max_in_flight),
+        ExtractionSlots.of(settings.max_in_flight, settings.database_pool_size),
     )
     consolidator = Consolidator(container.db, llm, container.metrics, thresholds(settings))
     app = build_http(container, Mode.API)
