@@ -52,6 +52,10 @@ class Outcome(StrEnum):
     DEAD_LETTERED = "dead_lettered"
 
 
+# Looked up, not constructed: `Outcome(skip.value)` costs the skip path an enum call per event.
+SKIP_OUTCOMES = {skip: Outcome(skip.value) for skip in Skip}
+
+
 class Llm(Protocol):
     def mode(self, model: str) -> StructuredOutput: ...
 
@@ -135,7 +139,7 @@ class ExtractionHandler:
             if capture is None:
                 return None
             skip = input_skip(event) if capture else Skip.CAPTURE_OFF
-        return Outcome(skip.value) if skip is not None else None
+        return SKIP_OUTCOMES[skip] if skip is not None else None
 
     async def handle(self, event: TaskFinishedEvent) -> tuple[Outcome, Extracted | None]:
         project_key = self._settings.robot_keys.project(event.project_key)
@@ -147,7 +151,7 @@ class ExtractionHandler:
         if skip is None:
             skip = input_skip(event) if await self._capture.enabled(event.user_id) else Skip.CAPTURE_OFF
         if skip is not None:
-            return Outcome(skip.value), None
+            return SKIP_OUTCOMES[skip], None
         return await self._extract(event, project_key)
 
     async def _extract(

@@ -69,3 +69,30 @@ async def test_extractions_dead_letters_and_skips_each_say_what_happened_to_whic
     assert summary["skipped_capture_off"] == 1 and summary["log_level"] == "info"
     [dead] = [e for e in logs if e["event"] == "event_dead_lettered"]
     assert (dead["reason"], dead["key"], dead["offset"]) == ("invalid_json", "key-9", 102) and dead["error"]
+
+
+async def test_skips_finished_on_the_fast_path_are_counted_once_their_batch_is_taken(
+    mysql_db: Database, make_handler: HandlerFactory, user_id: int
+) -> None:
+    await set_capture(mysql_db, user_id, enabled=False)
+    metrics = Metrics()
+    processor = EventProcessor(
+        make_handler(mysql_db, capture=CaptureSwitch(mysql_db, 60)),
+        cast(DeadLetterPublisher, RecordingDeadLetters()),
+        metrics,
+    )
+    batch = [received(event_payload(user_id, 20 + i), 200 + i) for i in range(3)]
+    await processor.prepare([r.record for r in batch])
+
+    def skipped() -> float:
+        return (
+            metrics.registry.get_sample_value("mao_memory_events_total", {"outcome": "skipped_capture_off"})
+            or 0.0
+        )
+
+    assert all(processor.try_fast(r) for r in batch)
+    assert skipped() == 0
+    processor.taken()
+    assert skipped() == 3
+    processor.taken()  # nothing new since: counted once
+    assert skipped() == 3

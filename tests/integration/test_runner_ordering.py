@@ -62,6 +62,9 @@ class Recorder:
     def try_fast(self, record: ConsumerRecord[bytes, bytes]) -> bool:
         return False
 
+    def taken(self) -> None:
+        pass
+
     async def __call__(self, record: ConsumerRecord[bytes, bytes]) -> None:
         tp = TopicPartition(record.topic, record.partition)
         self.started[tp].add(record.offset)

@@ -53,6 +53,7 @@ class Recorder:
         self.revoke = revoke_during_prepare
         self.prepared: list[list[int]] = []
         self.tried: list[int] = []
+        self.taken_after: list[list[int]] = []  # what had been tried each time a batch was taken
 
     async def prepare(self, records: list[Record]) -> list[Record]:
         self.prepared.append([r.offset for r in records])
@@ -63,6 +64,9 @@ class Recorder:
     def try_fast(self, record: Record) -> bool:
         self.tried.append(record.offset)
         return True
+
+    def taken(self) -> None:
+        self.taken_after.append(list(self.tried))
 
     async def __call__(self, record: Record) -> None:
         raise AssertionError("every record here is finished on the fast path")
@@ -93,6 +97,7 @@ async def test_a_batch_is_prepared_once_and_each_record_taken_in_order() -> None
 
     assert recorder.prepared == [[0, 1, 2, 3]]
     assert recorder.tried == [0, 1, 2, 3]
+    assert recorder.taken_after == [[0, 1, 2, 3]]
     assert consumer.committed == {TP: 4}
 
 
@@ -102,5 +107,5 @@ async def test_a_batch_that_a_rebalance_overtook_is_dropped_for_refetching() -> 
     consumer = await run_briefly(recorder, [record(o, b"k") for o in range(3)])
 
     assert recorder.prepared == [[0, 1, 2]]
-    assert recorder.tried == []
+    assert recorder.tried == [] and recorder.taken_after == []
     assert consumer.committed == {}  # the new owner fetches the batch again from the last commit

@@ -16,6 +16,15 @@ class PartitionOffsets:
     def take(self, offset: int) -> None:
         self._taken.append(offset)
 
+    def pass_over(self, offset: int) -> None:
+        """An offset finished as it was taken (a skip decided without I/O): with nothing pending it
+        moves the commit point at once, without the bookkeeping of `take` and `finish`."""
+        if self._taken:
+            self._taken.append(offset)
+            self._done.add(offset)
+        else:
+            self.commit_point = offset + 1
+
     def finish(self, offset: int) -> None:
         self._done.add(offset)
         while self._taken and self._taken[0] in self._done:

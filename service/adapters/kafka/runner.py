@@ -40,6 +40,9 @@ class Process(Protocol[Item]):
     def try_fast(self, item: Item, /) -> bool:
         """Finish the item without I/O if possible; True when it is done."""
 
+    def taken(self) -> None:
+        """A fetched batch has been taken whole: publish what `try_fast` counted along the way."""
+
     async def __call__(self, item: Item, /) -> None:
         """Return once the item's effects are committed; never raise for a bad record."""
 
@@ -121,12 +124,12 @@ class KeyOrderedRunner(Generic[Item]):
             return
         for (tp, record), item in zip(fetched, items, strict=True):
             self._take(tp, record, item)
+        self._process.taken()
 
     def _take(self, tp: TopicPartition, record: Record, item: Item) -> None:
         offsets = self._offsets.get(tp)
         if offsets is None:
             offsets = self._offsets[tp] = PartitionOffsets()
-        offsets.take(record.offset)
         # Chains are per (partition, key): after the topic grows, one session has records on two
         # partitions, and each record must finish on (and hold back the commits of) its own one.
         # Kafka orders a key only within a partition, so nothing stricter is lost. No key means no
@@ -136,8 +139,9 @@ class KeyOrderedRunner(Generic[Item]):
         if chain is None and self._process.try_fast(item):
             # Nothing of this key is pending, so finishing now keeps the key's order; skips never
             # wait behind model calls of other sessions, nor take a task.
-            offsets.finish(record.offset)
+            offsets.pass_over(record.offset)
             return
+        offsets.take(record.offset)
         self._buffered += 1
         self._metrics.in_flight.set(self._buffered)
         if chain is None:
