@@ -33,8 +33,7 @@ class CaptureSwitch:
 
     async def warm(self, user_ids: Iterable[int]) -> None:
         """Fetch every user without a fresh entry in one round trip, so their events can skip at once."""
-        now, entries = self._clock(), self._entries
-        missing = {u for u in user_ids if (entry := entries.get(u)) is None or entry[1] <= now}
+        missing = {u for u in user_ids if self.cached(u) is None}
         if missing:
             await self._read(missing)
 
