@@ -18,7 +18,7 @@ from service.adapters.db.database import Database
 from service.adapters.db.memory_repository import HistoryEntry
 from service.core.model import Group, Scope, Source
 from tests.e2e.conftest import JWT_SECRET
-from tests.support.pool import items, seed
+from tests.support.pool import items, remember_projects, seed
 from tests.support.processes import OUTPUT, ServiceProcess
 from tests.support.tokens import token
 
@@ -102,12 +102,6 @@ async def add_memory(page, content: str, scope: str = "USER") -> None:  # type: 
     await page.wait_for_selector(f"#memory-list li:has-text('{content}')")
 
 
-async def remember_project(db: Database, user_id: int, key: str) -> None:
-    async with db.transaction() as uow:
-        await uow.accounts.remember_project(user_id, key, db.now())
-        await uow.commit()
-
-
 async def test_add_a_user_memory_and_see_it_listed(open_console, user_id: int) -> None:  # type: ignore[no-untyped-def]
     page = await open_console(user_id)
     await open_add(page)
@@ -161,7 +155,7 @@ async def test_auto_capture_switch_survives_a_reload(open_console, user_id: int)
 async def test_add_a_project_memory_through_the_dropdown(
     open_console, user_id: int, mysql_db: Database
 ) -> None:  # type: ignore[no-untyped-def]
-    await remember_project(mysql_db, user_id, "mao")
+    await remember_projects(mysql_db, user_id, "mao")
     page = await open_console(user_id)
     await open_add(page)
     await page.select_option("#add-scope", "PROJECT")
@@ -246,7 +240,7 @@ async def test_cancel_or_escape_in_the_add_dialog_creates_nothing(
 async def test_the_add_dialog_opens_empty_on_the_user_scope_every_time(
     open_console, user_id: int, mysql_db: Database
 ) -> None:  # type: ignore[no-untyped-def]
-    await remember_project(mysql_db, user_id, "mao")
+    await remember_projects(mysql_db, user_id, "mao")
     page = await open_console(user_id)
     await add_memory(page, "第一次存的是项目记忆", scope="PROJECT")
     await open_add(page)
@@ -425,7 +419,7 @@ async def test_every_request_of_a_page_load_succeeds_and_buttons_wear_the_consol
 
 async def test_screenshots_for_the_docs(open_console, user_id: int, mysql_db: Database) -> None:  # type: ignore[no-untyped-def]
     """Not a check: the pictures docs/ shows (`make screenshots` writes them there)."""
-    await remember_project(mysql_db, user_id, "mao")
+    await remember_projects(mysql_db, user_id, "mao")
     await seed(mysql_db, user_id, "该仓库测试用 Vitest,提交前跑 pnpm test", group=Group(Scope.PROJECT, "mao"))
     await seed(mysql_db, user_id, "周报和总结都用中文写,结论放在最前面")
     await seed(mysql_db, user_id, "偏好 TypeScript 严格模式", source=Source.MANUAL)

@@ -69,6 +69,13 @@ async def set_capture(db: Database, user_id: int, enabled: bool = True) -> None:
         await uow.commit()
 
 
+async def remember_projects(db: Database, user_id: int, *keys: str) -> None:
+    async with db.transaction() as uow:
+        for key in keys:
+            await uow.accounts.remember_project(user_id, key, db.now())
+        await uow.commit()
+
+
 async def seed(
     db: Database,
     user_id: int,

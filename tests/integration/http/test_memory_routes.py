@@ -13,7 +13,7 @@ from service.bootstrap import Mode, build_container, build_http
 from service.config import Settings
 from service.core.model import Status
 from tests.integration.http.conftest import As
-from tests.support.pool import items, seed_many
+from tests.support.pool import items, remember_projects, seed_many
 from tests.support.tokens import bearer, token
 
 
@@ -259,10 +259,7 @@ async def test_settings_default_off_and_patch_persists(me: As) -> None:
 async def test_projects_come_from_events_and_project_memories_without_robot_keys(
     me: As, mysql_db: Database
 ) -> None:
-    async with mysql_db.transaction() as uow:
-        for key in ("zeta", "WEIXIN"):
-            await uow.accounts.remember_project(me.user_id, key, mysql_db.now())
-        await uow.commit()
+    await remember_projects(mysql_db, me.user_id, "zeta", "WEIXIN")
     await me.create("项目事实", "PROJECT", "alpha")
     await me.create("机器人", "PROJECT", "FEISHU")
     assert (await me.get("/api/v1/memory/projects")).json()["data"] == ["alpha", "zeta"]
