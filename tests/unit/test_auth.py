@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import jwt
 import pytest
@@ -67,24 +68,28 @@ def refusal(authenticator: Authenticator, req: Request, internal: bool = False) 
     return refused.value.message
 
 
+# Tokens are made when the test runs, not when it is collected: a long suite would expire them first.
 @pytest.mark.parametrize(
     ("token", "message"),
     [
-        (signed(NEW, exp=int(time.time()) - 10), "invalid token: expired"),
-        (signed(NEW, nbf=int(time.time()) + 600), "invalid token: not valid yet"),
-        (signed(OLD), "invalid token: signature does not match"),
-        (signed(NEW, sub=42), 'invalid token: sub must be the user id as a string, such as "42"'),
-        (signed(NEW, sub="abc"), 'invalid token: sub must be the user id as a string, such as "42"'),
-        (jwt.encode({"sub": "42"}, NEW, algorithm="HS256"), "invalid token: exp and sub are required"),
-        (signed(NEW).replace(".", "", 1), "invalid token: not a JWT"),
+        (lambda: signed(NEW, exp=int(time.time()) - 10), "invalid token: expired"),
+        (lambda: signed(NEW, nbf=int(time.time()) + 600), "invalid token: not valid yet"),
+        (lambda: signed(OLD), "invalid token: signature does not match"),
+        (lambda: signed(NEW, sub=42), 'invalid token: sub must be the user id as a string, such as "42"'),
+        (lambda: signed(NEW, sub="abc"), 'invalid token: sub must be the user id as a string, such as "42"'),
         (
-            jwt.encode({"sub": "42", "exp": int(time.time()) + 60}, NEW * 2, algorithm="HS512"),
+            lambda: jwt.encode({"sub": "42"}, NEW, algorithm="HS256"),
+            "invalid token: exp and sub are required",
+        ),
+        (lambda: signed(NEW).replace(".", "", 1), "invalid token: not a JWT"),
+        (
+            lambda: jwt.encode({"sub": "42", "exp": int(time.time()) + 60}, NEW * 2, algorithm="HS512"),
             "invalid token: only HS256 is accepted",
         ),
     ],
 )
-def test_each_cause_has_one_message(token: str, message: str) -> None:
-    assert refusal(auth(), request(token)) == message
+def test_each_cause_has_one_message(token: Callable[[], str], message: str) -> None:
+    assert refusal(auth(), request(token())) == message
 
 
 def test_an_unconfigured_service_says_so_before_looking_at_the_request() -> None:
