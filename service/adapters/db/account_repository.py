@@ -7,9 +7,9 @@ from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncConnection
 
-from service.adapters.db.dialect import for_update, insert_ignore, upsert
+from service.adapters.db.dialect import insert_ignore, upsert
+from service.adapters.db.prepared import Prepared, Statements
 from service.adapters.db.tables import (
     EXTRACTION_MODEL_SETTING,
     memory_event_ledger,
@@ -21,16 +21,21 @@ from service.adapters.db.tables import (
 
 # Bound parameters per IN list: well inside SQLite's and MySQL's limits.
 IN_LIST_CHUNK = 500
-# Built once: the statement's cache key is then computed once, not on every event.
-_INSERT_LEDGER = memory_event_ledger.insert()
-_LOCK_USER = sa.select(memory_user_state.c.user_id).where(
+# The statements every extraction runs, compiled once (`prepared`).
+_INSERT_LEDGER = Prepared(
+    memory_event_ledger.insert(), ("event_id", "user_id", "session_id", "outcome", "processed_at")
+)
+_USER_STATE = sa.select(memory_user_state.c.user_id).where(
     memory_user_state.c.user_id == sa.bindparam("user_id")
 )
+# A row lock in MySQL; SQLite has one writer at a time, which `Database` enforces instead.
+_LOCK_USER = {"mysql": Prepared(_USER_STATE.with_for_update()), "sqlite": Prepared(_USER_STATE)}
 
 
 class AccountRepository:
-    def __init__(self, conn: AsyncConnection) -> None:
-        self.conn = conn
+    def __init__(self, statements: Statements) -> None:
+        self.conn = statements.conn
+        self._statements = statements
 
     async def capture_enabled(self, user_id: int) -> bool:
         """D9: no preference row means off."""
@@ -100,7 +105,7 @@ class AccountRepository:
         the whole transaction anyway, so a savepoint would cost two round trips for nothing.
         """
         try:
-            await self.conn.execute(
+            await self._statements.write(
                 _INSERT_LEDGER,
                 {
                     "event_id": event_id,
@@ -136,8 +141,8 @@ class AccountRepository:
 
     async def lock_user(self, user_id: int) -> bool:
         """Hold the user's row lock until the transaction ends; False when the row does not exist."""
-        found = await self.conn.execute(for_update(_LOCK_USER, self.conn), {"user_id": user_id})
-        return found.first() is not None
+        found = await self._statements.rows(_LOCK_USER[self.conn.dialect.name], {"user_id": user_id})
+        return bool(found)
 
     async def consolidation_due(self, user_id: int) -> datetime | None:
         """When consolidation may run next for the user; None: whenever its conditions hold."""

@@ -14,14 +14,16 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from service.adapters.db.account_repository import AccountRepository
 from service.adapters.db.engine import SchemaNotCurrent, revision_of
 from service.adapters.db.memory_repository import MemoryRepository
+from service.adapters.db.prepared import Statements
 from service.core.clock import Clock, SystemClock
 
 
 class UnitOfWork:
     def __init__(self, conn: AsyncConnection) -> None:
         self.conn = conn
-        self.memories = MemoryRepository(conn)
-        self.accounts = AccountRepository(conn)
+        statements = Statements(conn)
+        self.memories = MemoryRepository(statements)
+        self.accounts = AccountRepository(statements)
         self._committed = False
 
     async def commit(self) -> None:

@@ -46,17 +46,3 @@ async def upsert(
             index_elements=keys, set_={c: sqlite_stmt.excluded[c] for c in update_columns}
         )
     )
-
-
-_LOCKING: dict[sa.Select[Any], sa.Select[Any]] = {}
-
-
-def for_update(stmt: sa.Select[Any], conn: AsyncConnection) -> sa.Select[Any]:
-    """A row lock in MySQL; SQLite has one writer at a time, which `Database` enforces instead.
-    The locking variant of a module-level statement is built once, not on every call."""
-    if not _is_mysql(conn):
-        return stmt
-    locking = _LOCKING.get(stmt)
-    if locking is None:
-        locking = _LOCKING[stmt] = stmt.with_for_update()
-    return locking

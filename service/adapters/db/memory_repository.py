@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
 
+from service.adapters.db.prepared import Prepared, Statements
 from service.adapters.db.tables import (
     EXTRACTION_MODEL_SETTING,
     memory_event_ledger,
@@ -36,9 +37,10 @@ _USER_ID: sa.BindParameter[int] = sa.bindparam("user_id")
 
 
 # What D13 may show the model, D14 may demote and D15 may merge: machine-made (AUTO or CONSOLIDATED)
-# and ACTIVE.
+# and ACTIVE. The sources are literals in the SQL, not an expanding list, so the statement compiles once.
 _MACHINE_ACTIVE = sa.and_(
-    t.c.status == Status.ACTIVE.value, t.c.source.in_(sorted(s.value for s in MACHINE_SOURCES))
+    t.c.status == Status.ACTIVE.value,
+    t.c.source.in_([sa.literal(source) for source in sorted(s.value for s in MACHINE_SOURCES)]),
 )
 _MACHINE_ACTIVE_IN_GROUP = sa.select(t).where(
     t.c.user_id == _USER_ID,
@@ -49,12 +51,19 @@ _MACHINE_ACTIVE_IN_GROUP = sa.select(t).where(
 _BY_HASHES = sa.select(t).where(
     t.c.user_id == _USER_ID, t.c.dedup_hash.in_(sa.bindparam("hashes", expanding=True))
 )
-# Under the lock, one read serves the whole decision: every ACTIVE row (the count, the machine-made
-# rows D13/D14 work on) and any row holding a candidate's hash.
-_POOL = sa.select(t).where(
-    t.c.user_id == _USER_ID,
-    sa.or_(t.c.status == Status.ACTIVE.value, t.c.dedup_hash.in_(sa.bindparam("hashes", expanding=True))),
-)
+
+
+@cache
+def _pool(hashes: int) -> Prepared:
+    """Under the lock, one read serves the whole decision: every ACTIVE row (the count, the
+    machine-made rows D13/D14 work on) and any row holding one of `hashes` candidate hashes."""
+    active = t.c.status == Status.ACTIVE.value
+    wanted: list[sa.BindParameter[str]] = [sa.bindparam(f"hash{i}") for i in range(hashes)]
+    return Prepared(
+        sa.select(t).where(
+            t.c.user_id == _USER_ID, sa.or_(active, t.c.dedup_hash.in_(wanted)) if wanted else active
+        )
+    )
 
 
 def _extraction_inputs(with_project: bool) -> sa.Select[Any]:
@@ -83,14 +92,54 @@ def _extraction_inputs(with_project: bool) -> sa.Select[Any]:
     return sa.select(head, rows).select_from(head.outerjoin(rows, sa.true()))
 
 
-_EXTRACTION_INPUTS = {with_project: _extraction_inputs(with_project) for with_project in (False, True)}
+_EXTRACTION_INPUTS = {
+    with_project: Prepared(_extraction_inputs(with_project)) for with_project in (False, True)
+}
 _ACTIVE_COUNT = (
     sa.select(sa.func.count())
     .select_from(t)
     .where(t.c.user_id == _USER_ID, t.c.status == Status.ACTIVE.value)
 )
-_INSERT_ITEM = t.insert()
-_INSERT_HISTORY = memory_history.insert()
+_ITEM_COLUMNS = (
+    "user_id",
+    "scope",
+    "project_key",
+    "content",
+    "source",
+    "status",
+    "dedup_hash",
+    "origin_session_id",
+    "created_at",
+    "updated_at",
+)
+_INSERT_ITEM = Prepared(t.insert(), _ITEM_COLUMNS)
+_HISTORY_COLUMNS = (
+    "memory_id",
+    "user_id",
+    "action",
+    "actor",
+    "old_content",
+    "new_content",
+    "event_id",
+    "session_id",
+    "model",
+    "created_at",
+)
+_INSERT_HISTORY = Prepared(memory_history.insert(), _HISTORY_COLUMNS)
+# An UPDATE's parameters are named apart from its columns: Core reserves a column's name for its SET.
+_ROW = sa.and_(t.c.user_id == sa.bindparam("owner"), t.c.id == sa.bindparam("row_id"))
+_NOW: sa.BindParameter[datetime] = sa.bindparam("now")
+_TOUCH = Prepared(t.update().where(_ROW).values(updated_at=_NOW))
+_SET_STATUS = Prepared(
+    t.update()
+    .where(_ROW)
+    .values(status=sa.bindparam("new_status"), dismissed_by=sa.bindparam("why"), updated_at=_NOW)
+)
+_NEW_CONTENT = {"content": sa.bindparam("text"), "dedup_hash": sa.bindparam("digest"), "updated_at": _NOW}
+_UPDATE_CONTENT = Prepared(t.update().where(_ROW).values(**_NEW_CONTENT))
+_UPDATE_CONTENT_AND_SOURCE = Prepared(
+    t.update().where(_ROW).values(**_NEW_CONTENT, source=sa.bindparam("new_source"))
+)
 
 
 def _window(scope: Scope, key_param: str, limit_param: str) -> sa.Select[Any]:
@@ -111,8 +160,10 @@ _PROJECT_WINDOW = _window(Scope.PROJECT, "project_key", "project_limit")
 _USER_WINDOW = _window(Scope.USER, "user_key", "user_limit")
 # MySQL runs each parenthesised window straight into the result: half the server's work of wrapping
 # them in derived tables, which SQLite needs (it takes no parentheses around a UNION's members).
-_INJECTION_MYSQL = sa.union_all(_PROJECT_WINDOW, _USER_WINDOW)
-_INJECTION_SQLITE = sa.union_all(_PROJECT_WINDOW.subquery("p").select(), _USER_WINDOW.subquery("u").select())
+_INJECTION_MYSQL = Prepared(sa.union_all(_PROJECT_WINDOW, _USER_WINDOW))
+_INJECTION_SQLITE = Prepared(
+    sa.union_all(_PROJECT_WINDOW.subquery("p").select(), _USER_WINDOW.subquery("u").select())
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -186,13 +237,14 @@ class HistoryEntry:
 
 
 class MemoryRepository:
-    def __init__(self, conn: AsyncConnection) -> None:
-        self.conn = conn
+    def __init__(self, statements: Statements) -> None:
+        self.conn = statements.conn
+        self._statements = statements
 
     async def extraction_inputs(
         self, event_id: str, user_id: int, project_key: str | None, dismissed_limit: int = 200
     ) -> ExtractionInputs:
-        result = await self.conn.execute(
+        result = await self._statements.rows(
             _EXTRACTION_INPUTS[bool(project_key)],
             {"event_id": event_id, "user_id": user_id, "project_key": project_key},
         )
@@ -211,8 +263,10 @@ class MemoryRepository:
         )
 
     async def pool(self, user_id: int, hashes: Iterable[str]) -> list[MemoryRow]:
-        rows = await self.conn.execute(_POOL, {"user_id": user_id, "hashes": sorted(set(hashes))})
-        return [to_record(r) for r in rows]
+        wanted = sorted(set(hashes))
+        params: dict[str, Any] = {f"hash{i}": h for i, h in enumerate(wanted)}
+        params["user_id"] = user_id
+        return [to_record(r) for r in await self._statements.rows(_pool(len(wanted)), params)]
 
     async def machine_active_in_group(self, user_id: int, group: Group) -> list[MemoryRow]:
         """One group's machine-made ACTIVE rows: what D15 consolidates."""
@@ -256,7 +310,7 @@ class MemoryRepository:
         origin_session_id: int | None,
         now: datetime,
     ) -> int:
-        result = await self.conn.execute(
+        written = await self._statements.write(
             _INSERT_ITEM,
             {
                 "user_id": user_id,
@@ -271,14 +325,11 @@ class MemoryRepository:
                 "updated_at": now,
             },
         )
-        key = result.inserted_primary_key
-        assert key is not None
-        return int(key[0])
+        assert written.lastrowid is not None
+        return written.lastrowid
 
     async def touch(self, user_id: int, row_id: int, now: datetime) -> None:
-        await self.conn.execute(
-            t.update().where(t.c.user_id == user_id, t.c.id == row_id).values(updated_at=now)
-        )
+        await self._statements.write(_TOUCH, {"owner": user_id, "row_id": row_id, "now": now})
 
     async def update_content(
         self,
@@ -289,10 +340,11 @@ class MemoryRepository:
         now: datetime,
         source: Source | None = None,
     ) -> None:
-        values: dict[str, Any] = {"content": content, "dedup_hash": digest, "updated_at": now}
-        if source is not None:
-            values["source"] = source.value
-        await self.conn.execute(t.update().where(t.c.user_id == user_id, t.c.id == row_id).values(**values))
+        params = {"owner": user_id, "row_id": row_id, "text": content, "digest": digest, "now": now}
+        if source is None:
+            await self._statements.write(_UPDATE_CONTENT, params)
+        else:
+            await self._statements.write(_UPDATE_CONTENT_AND_SOURCE, {**params, "new_source": source.value})
 
     async def set_status(
         self,
@@ -303,14 +355,15 @@ class MemoryRepository:
         dismissed_by: DismissedBy | None = None,
     ) -> None:
         """`dismissed_by` says why a row goes DISMISSED; it is cleared when the row is ACTIVE again."""
-        await self.conn.execute(
-            t.update()
-            .where(t.c.user_id == user_id, t.c.id == row_id)
-            .values(
-                status=status.value,
-                dismissed_by=dismissed_by.value if status is Status.DISMISSED and dismissed_by else None,
-                updated_at=now,
-            )
+        await self._statements.write(
+            _SET_STATUS,
+            {
+                "owner": user_id,
+                "row_id": row_id,
+                "new_status": status.value,
+                "why": dismissed_by.value if status is Status.DISMISSED and dismissed_by else None,
+                "now": now,
+            },
         )
 
     async def get(self, user_id: int, row_id: int) -> ItemRecord | None:
@@ -339,7 +392,7 @@ class MemoryRepository:
         """PROJECT top N then USER top M in one round trip: a UNION ALL of two index-ordered scans
         (idx_memory_project / idx_memory_user), newest first within each."""
         statement = _INJECTION_MYSQL if self.conn.dialect.name == "mysql" else _INJECTION_SQLITE
-        result = await self.conn.execute(
+        result = await self._statements.rows(
             statement,
             {
                 "user_id": user_id,
@@ -373,7 +426,7 @@ class MemoryRepository:
         return list(rows)
 
     async def record(self, user_id: int, memory_id: int, entry: HistoryEntry, now: datetime) -> None:
-        await self.conn.execute(
+        await self._statements.write(
             _INSERT_HISTORY,
             {
                 "memory_id": memory_id,
