@@ -2,7 +2,8 @@
 
 The extraction handler runs in this process over MariaDB, with the model in a process of its own
 answering at once; 16 events are in flight. Variants swap one component at a time (the model call
-through `litellm.acompletion` or the shared session, aiomysql or asyncmy), next to a bare reference
+through `litellm.acompletion` or the shared session, aiomysql or asyncmy, the hot path's statements
+through SQLAlchemy or prepared on the driver's cursor), next to a bare reference
 doing the same I/O with no service code: the same request body on one aiohttp POST and seven
 statements through the raw driver. Prints one JSON line (`--bare <api base>`: the reference alone).
 """
@@ -20,6 +21,7 @@ import aiohttp
 import asyncmy
 import orjson
 
+from service.adapters.db import prepared
 from service.adapters.db.database import Database
 from service.adapters.db.engine import build_engine
 from service.adapters.llm_client import AnswerShape, LlmClient, StructuredOutput, response_format
@@ -65,7 +67,10 @@ async def run_events(work: Any, first_user: int) -> float:
     return round((time.process_time() - started) * 1000 / EVENTS, 2)
 
 
-async def service_variant(database: MariaDbDatabase, api_base: str, driver: str, fast: bool) -> float:
+async def service_variant(
+    database: MariaDbDatabase, api_base: str, driver: str, fast: bool, direct: bool = True
+) -> float:
+    prepared.DIRECT_DIALECTS = frozenset({"mysql"} if direct else ())
     url = database.url.replace("mysql+asyncmy://", f"mysql+{driver}://")
     db = Database(build_engine(url, 20), build_engine(url, 20, autocommit=True))
     client = LlmClient(Metrics(), api_base, "k", timeout_s=10, max_retries=0, retry_base_s=0.01)
@@ -81,7 +86,7 @@ async def service_variant(database: MariaDbDatabase, api_base: str, driver: str,
         ProjectRecorder(db),
         ExtractionSlots.of(64, 10),
     )
-    first_user = 1_000_000 * (1 + len(driver) + 10 * fast)
+    first_user = 1_000_000 * (1 + len(driver) + 10 * fast + 20 * direct)
     async with db.transaction() as uow:
         for u in range(USERS):
             await uow.accounts.set_capture(first_user + u, True, db.now())
@@ -190,9 +195,16 @@ async def measure(api_base: str) -> dict[str, Any]:
     try:
         figures = {
             "bare_reference": await bare_reference(database, api_base),
-            "acompletion+aiomysql": await service_variant(database, api_base, "aiomysql", fast=False),
-            "session+aiomysql": await service_variant(database, api_base, "aiomysql", fast=True),
-            "session+asyncmy": await service_variant(database, api_base, "asyncmy", fast=True),
+            "before: acompletion+aiomysql, statements through SQLAlchemy": await service_variant(
+                database, api_base, "aiomysql", fast=False, direct=False
+            ),
+            "session+aiomysql, prepared": await service_variant(database, api_base, "aiomysql", fast=True),
+            "session+asyncmy, statements through SQLAlchemy": await service_variant(
+                database, api_base, "asyncmy", fast=True, direct=False
+            ),
+            "session+asyncmy, prepared statements on the driver": await service_variant(
+                database, api_base, "asyncmy", fast=True
+            ),
         }
     finally:
         database.drop()

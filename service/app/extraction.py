@@ -92,7 +92,7 @@ class ExtractionSlots:
 
     `model`: MEMORY_MAX_IN_FLIGHT model calls at once, the scarce resource of a latency-bound
     stream. `database`: extractions' reads and write transactions at once, sized to the write pool,
-    so a burst queues here rather than on the pool's timeout, and HTTP keeps the pool's overflow.
+    so a burst queues here rather than on the pool's timeout, and HTTP keeps the pool's other half.
     Skips take neither, so they never queue behind model calls.
     """
 

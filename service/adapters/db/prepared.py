@@ -2,7 +2,8 @@
 on the driver's own cursor.
 
 `AsyncConnection.execute` spends about 0.2 ms of CPU per statement on its execution context, result
-wrapping and the greenlet hop: more than the driver's whole round trip (`bench/statement_cost.py`).
+wrapping and the greenlet hop: more than the driver's whole round trip (`bench/cpu_profile.py`
+measures the extraction with and without this path).
 The few statements that every event and every injection lookup run take this path; everything else,
 and every statement on SQLite (the embedded default), stays on `AsyncConnection.execute`. A
 statement keeps one definition in Core for both dialects. Errors leave here as SQLAlchemy raises
@@ -24,6 +25,8 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 Processor = Callable[[Any], Any] | None
+# The dialects whose prepared statements run on the driver's cursor.
+DIRECT_DIALECTS = frozenset({"mysql"})
 Statement = sa.Select[Any] | sa.CompoundSelect[Any] | sa.Insert | sa.Update
 
 
@@ -98,7 +101,7 @@ class Statements:
 
     def __init__(self, conn: AsyncConnection) -> None:
         self.conn = conn
-        self._direct = conn.dialect.name == "mysql"
+        self._direct = conn.dialect.name in DIRECT_DIALECTS
         self._cursor: Any = None
 
     async def rows(self, prepared: Prepared, params: Mapping[str, Any]) -> list[Any]:
