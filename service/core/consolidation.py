@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
+
+import orjson
 
 from service.core.extraction_answer import answer_list
 from service.core.model import MAX_EXTRACTED_CONTENT_CHARS, USER_GROUP, Group, MemoryRow, Scope
@@ -123,7 +124,7 @@ def build_consolidation_messages(
                 ANSWER_FORMAT=WRAPPED if wrapped else BARE,
             ),
         },
-        {"role": "user", "content": json.dumps(data, ensure_ascii=False, indent=1)},
+        {"role": "user", "content": orjson.dumps(data, option=orjson.OPT_INDENT_2).decode()},
     ]
     return messages, aliases
 

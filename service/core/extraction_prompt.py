@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-import json
+from functools import cache
+
+import orjson
 
 from service.core.comparison_set import ComparisonSet
 from service.core.model import MAX_EXTRACTED_CONTENT_CHARS, MAX_EXTRACTED_ITEMS, Scope
@@ -56,6 +58,7 @@ ANSWER_SCHEMA: dict[str, object] = {
 }
 
 
+@cache
 def system_prompt(wrapped: bool) -> str:
     """The seed's bare array, or the same array under "memories" where structured output needs an object."""
     limits = {
@@ -88,5 +91,5 @@ def build_extraction_messages(
     }
     return [
         {"role": "system", "content": system_prompt(wrapped)},
-        {"role": "user", "content": json.dumps(data, ensure_ascii=False, indent=1)},
+        {"role": "user", "content": orjson.dumps(data, option=orjson.OPT_INDENT_2).decode()},
     ]
