@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import cast
 
+import pytest
 from aiokafka import ConsumerRecord
 
 from service.adapters.db.database import Database, UnitOfWork
@@ -55,6 +56,18 @@ async def test_a_warm_up_larger_than_one_in_list(any_db: Database, user_id: int)
     await switch.warm(users)
 
     assert [switch.cached(u) for u in users] == [(u - user_id) % 3 == 0 for u in users]
+
+
+@pytest.mark.parametrize("size", [1, 2, 5, 8, 9])
+async def test_every_batch_size_reads_each_user_once_padding_or_not(
+    any_db: Database, user_id: int, size: int
+) -> None:
+    """The IN list is padded to a power of two with the last id: no user is lost or invented."""
+    users = list(range(user_id, user_id + size))
+    await set_capture(any_db, users[0], True)
+    async with any_db.read() as uow:
+        found = await uow.accounts.capture_enabled_many(users)
+    assert found == {u: u == users[0] for u in users}
 
 
 class PausedReads:

@@ -201,3 +201,24 @@ async def test_writes_on_the_driver_commit_with_the_connection_and_roll_back_wit
     finally:
         async with engine.begin() as conn:
             await conn.execute(ledger_table.delete().where(ledger_table.c.user_id == USER))
+
+
+async def test_the_lock_row_is_created_once_and_a_second_create_only_locks_it(engine: AsyncEngine) -> None:
+    create = account_repository._CREATE_USER_STATE["mysql"]
+    user = USER + 1
+    try:
+        async with engine.connect() as conn:
+            accounts = account_repository.AccountRepository(Statements(conn))
+            assert not await accounts.lock_user(user)
+            await Statements(conn).write(create, {"new_user": user})
+            await Statements(conn).write(create, {"new_user": user})  # a concurrent first writer's row
+            assert await accounts.lock_user(user)
+            await conn.commit()
+        async with engine.connect() as conn:
+            count = await conn.scalar(
+                sa.text("SELECT COUNT(*) FROM memory_user_state WHERE user_id = :u"), {"u": user}
+            )
+            assert count == 1
+    finally:
+        async with engine.begin() as conn:
+            await conn.execute(sa.text("DELETE FROM memory_user_state WHERE user_id = :u"), {"u": user})

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from datetime import datetime, timedelta
+from functools import cache
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.mysql import insert as mysql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 
 from service.adapters.db.dialect import insert_ignore, upsert
@@ -20,7 +23,7 @@ from service.adapters.db.tables import (
 )
 
 # Bound parameters per IN list: well inside SQLite's and MySQL's limits.
-IN_LIST_CHUNK = 500
+IN_LIST_CHUNK = 512
 # The statements every extraction runs, compiled once (`prepared`).
 _INSERT_LEDGER = Prepared(
     memory_event_ledger.insert(), ("event_id", "user_id", "session_id", "outcome", "processed_at")
@@ -30,6 +33,33 @@ _USER_STATE = sa.select(memory_user_state.c.user_id).where(
 )
 # A row lock in MySQL; SQLite has one writer at a time, which `Database` enforces instead.
 _LOCK_USER = {"mysql": Prepared(_USER_STATE.with_for_update()), "sqlite": Prepared(_USER_STATE)}
+
+
+def _create_user_state() -> dict[str, Prepared]:
+    """The lock row inserted, or the existing one locked by a no-op update of its key."""
+    row = {"user_id": sa.bindparam("new_user"), "consolidation_due_at": sa.null()}
+    mysql = mysql_insert(memory_user_state).values(row)
+    sqlite = sqlite_insert(memory_user_state).values(row)
+    return {
+        "mysql": Prepared(mysql.on_duplicate_key_update(user_id=mysql.inserted.user_id)),
+        "sqlite": Prepared(
+            sqlite.on_conflict_do_update(
+                index_elements=["user_id"], set_={"user_id": sqlite.excluded.user_id}
+            )
+        ),
+    }
+
+
+_CREATE_USER_STATE = _create_user_state()
+
+
+@cache
+def _capture_of(users: int) -> Prepared:
+    """The switch of `users` users. Lists are padded to a power of two, so a handful of statements
+    serve every batch size, each compiled once."""
+    t = user_memory_preference
+    wanted: list[sa.BindParameter[int]] = [sa.bindparam(f"user{i}") for i in range(users)]
+    return Prepared(sa.select(t.c.user_id, t.c.auto_capture_enabled).where(t.c.user_id.in_(wanted)))
 
 
 class AccountRepository:
@@ -50,12 +80,11 @@ class AccountRepository:
         """The switch of every user in one round trip; users without a row are off (D9)."""
         found: dict[int, bool] = dict.fromkeys(user_ids, False)
         ids = sorted(found)
-        t = user_memory_preference
         for start in range(0, len(ids), IN_LIST_CHUNK):
             chunk = ids[start : start + IN_LIST_CHUNK]
-            rows = await self.conn.execute(
-                sa.select(t.c.user_id, t.c.auto_capture_enabled).where(t.c.user_id.in_(chunk))
-            )
+            size = 1 << (len(chunk) - 1).bit_length()
+            params = {f"user{i}": chunk[min(i, len(chunk) - 1)] for i in range(size)}
+            rows = await self._statements.rows(_capture_of(size), params)
             found.update((user_id, bool(enabled)) for user_id, enabled in rows)
         return found
 
@@ -135,9 +164,7 @@ class AccountRepository:
 
     async def create_user_state(self, user_id: int) -> None:
         """Insert the lock row, or lock the one a concurrent first writer just inserted."""
-        await upsert(
-            self.conn, memory_user_state, {"user_id": user_id, "consolidation_due_at": None}, ["user_id"]
-        )
+        await self._statements.write(_CREATE_USER_STATE[self.conn.dialect.name], {"new_user": user_id})
 
     async def lock_user(self, user_id: int) -> bool:
         """Hold the user's row lock until the transaction ends; False when the row does not exist."""
