@@ -15,6 +15,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from service.adapters.db import account_repository, memory_repository
+from service.adapters.db.database import Database
 from service.adapters.db.engine import build_engine
 from service.adapters.db.errors import MYSQL_TRANSIENT, error_code, is_transient
 from service.adapters.db.prepared import Prepared, Statements
@@ -222,3 +223,14 @@ async def test_the_lock_row_is_created_once_and_a_second_create_only_locks_it(en
     finally:
         async with engine.begin() as conn:
             await conn.execute(sa.text("DELETE FROM memory_user_state WHERE user_id = :u"), {"u": user})
+
+
+async def test_lookups_on_the_autocommit_engine_begin_nothing_and_writes_begin_their_transaction(
+    mysql_db: Database,
+) -> None:
+    async with mysql_db.read() as uow:
+        await uow.memories.injection_window(USER, "proj-a", 12, 8)
+        assert not uow.conn.in_transaction()  # no BEGIN spent on a lookup that commits by itself
+    async with mysql_db.transaction() as uow:
+        assert not await uow.accounts.lock_user(USER + 2)
+        assert uow.conn.in_transaction()

@@ -19,9 +19,9 @@ from service.core.clock import Clock, SystemClock
 
 
 class UnitOfWork:
-    def __init__(self, conn: AsyncConnection) -> None:
+    def __init__(self, conn: AsyncConnection, autocommit: bool = False) -> None:
         self.conn = conn
-        statements = Statements(conn)
+        statements = Statements(conn, autocommit)
         self.memories = MemoryRepository(statements)
         self.accounts = AccountRepository(statements)
         self._committed = False
@@ -51,7 +51,7 @@ class Database:
     async def read(self) -> AsyncIterator[UnitOfWork]:
         """Lookups on the autocommit read engine; each statement sees the latest committed rows."""
         async with self.read_engine.connect() as conn:
-            yield UnitOfWork(conn)
+            yield UnitOfWork(conn, autocommit=self.read_engine is not self.engine)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[UnitOfWork]:

@@ -97,10 +97,12 @@ class Written:
 
 class Statements:
     """Runs `Prepared` statements on one connection: on MySQL through the driver, else through
-    SQLAlchemy. The driver's cursor is taken once per connection checkout."""
+    SQLAlchemy. The driver's cursor is taken once per connection checkout. `autocommit`: the
+    connection commits every statement itself, so there is no transaction to begin."""
 
-    def __init__(self, conn: AsyncConnection) -> None:
+    def __init__(self, conn: AsyncConnection, autocommit: bool = False) -> None:
         self.conn = conn
+        self._autocommit = autocommit
         self._direct = conn.dialect.name in DIRECT_DIALECTS
         self._cursor: Any = None
 
@@ -125,7 +127,7 @@ class Statements:
         return Written(cursor.rowcount, cursor.lastrowid)
 
     async def _run(self, compiled: _Compiled, args: tuple[Any, ...]) -> Any:
-        if not self.conn.in_transaction():
+        if not self._autocommit and not self.conn.in_transaction():
             # What SQLAlchemy's autobegin does: without it, its `commit()` would not reach the driver
             # and the statements would stay uncommitted on a connection going back to the pool.
             await self.conn.begin()

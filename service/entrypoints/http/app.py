@@ -57,9 +57,10 @@ def create_app(container: Container, include_api: bool, checks: dict[str, Check]
         settings = container.settings
         app.state.authenticator = Authenticator(settings)
         service = MemoryService(container.db, container.capture, settings.robot_keys)
+        # Routes are matched in order: the injection lookup, called on every agent turn, comes first.
+        app.include_router(internal_router(service, settings))
         app.include_router(memory_router(service))
         app.include_router(admin_router(service, settings.default_model))
-        app.include_router(internal_router(service, settings))
         app.mount("/console", ConsoleFiles(directory=CONSOLE_DIR, html=True), name="console")
         app.add_api_route("/favicon.ico", _favicon, include_in_schema=False)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query
-from fastapi.responses import JSONResponse
+import orjson
+from fastapi import APIRouter, Depends, Query, Response
 
 from service.app.memories import MemoryService
 from service.config import Settings
@@ -27,13 +27,13 @@ def internal_router(service: MemoryService, settings: Settings) -> APIRouter:
     async def injection(
         user_id: Annotated[int, Query(alias="userId", ge=1, le=BIGINT_MAX)],
         project_key: Annotated[str | None, Query(alias="projectKey", max_length=512)] = None,
-    ) -> JSONResponse:
+    ) -> Response:
         """PROJECT top 12 then USER top 8 (ACTIVE, newest first) and the rendered prompt section."""
         result = await service.injection(user_id, settings.robot_keys.project(project_key))
         # The hot path of every agent turn: the body is built from typed data already, so it skips
-        # FastAPI's response-model re-validation (the model still documents it in OpenAPI).
-        return JSONResponse(
-            ok({"memories": [InjectedMemory.of(h) for h in result.memories], "prompt": result.prompt})
-        )
+        # FastAPI's response-model re-validation (the model still documents it in OpenAPI), and
+        # orjson encodes it.
+        body = ok({"memories": [InjectedMemory.of(h) for h in result.memories], "prompt": result.prompt})
+        return Response(orjson.dumps(body), media_type="application/json")
 
     return router
