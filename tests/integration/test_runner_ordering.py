@@ -178,3 +178,31 @@ async def test_one_key_on_two_partitions_commits_each_partition_past_its_own_rec
     finally:
         await check.stop()
     assert committed == {0: 4 * PER_KEY // 2, 1: 4 * PER_KEY // 2}
+
+
+class BatchRecorder(Recorder):
+    def __init__(self, consumer: AIOKafkaConsumer) -> None:
+        super().__init__(consumer)
+        self.batches: list[int] = []
+
+    async def prepare(self, records: list[Record]) -> list[Record]:
+        self.batches.append(len(records))
+        return records
+
+
+async def test_a_full_buffer_fetches_again_only_when_half_of_it_is_free(broker: Broker) -> None:
+    """Back-pressure with a low watermark: a finished record does not trigger a fetch of one record
+    (and one `prepare`, one capture-switch read) each; fetches come in batches of half the buffer."""
+    topic, group = f"batch-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    await ensure_topics(broker.bootstrap, [topic], partitions=4)
+    await produce(broker.bootstrap, topic)
+    consumer = consumer_for(broker.bootstrap, group)
+    recorder = BatchRecorder(consumer)
+    runner = KeyOrderedRunner(consumer, topic, recorder, Metrics(), max_buffered=16, grace_s=5)
+
+    await run_until(recorder, runner, KEYS * PER_KEY)
+
+    assert recorder.violations == []
+    assert {k: v for k, v in recorder.seen.items()} == {str(k): list(range(PER_KEY)) for k in range(KEYS)}
+    assert sum(recorder.batches) >= KEYS * PER_KEY
+    assert len(recorder.batches) <= KEYS * PER_KEY // 8 + 10, recorder.batches

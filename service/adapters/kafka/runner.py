@@ -72,6 +72,10 @@ class KeyOrderedRunner(Generic[Item]):
         self._process = process
         self._metrics = metrics
         self._max_buffered = max_buffered
+        # Once full, fetching resumes only when half the buffer is free: a fetch then brings a
+        # batch, not the one record a finished event made room for, so its decode and its one
+        # capture-switch read are shared by many events.
+        self._resume_at = max_buffered // 2
         self._grace_s = grace_s
         self._commit_interval_s = commit_interval_s
         self._chains: dict[Hashable, _Chain[Item]] = {}
@@ -100,7 +104,7 @@ class KeyOrderedRunner(Generic[Item]):
 
     async def _poll_once(self) -> None:
         room = self._max_buffered - self._buffered
-        if room <= 0:
+        if room <= 0 or (self._paused and self._buffered > self._resume_at):
             # Back-pressure: stop fetching but keep polling, so the group sees this member alive.
             self._pause()
             self._room.clear()
@@ -181,7 +185,8 @@ class KeyOrderedRunner(Generic[Item]):
             offsets.finish(offset)
         self._buffered -= 1
         self._metrics.in_flight.set(self._buffered)
-        self._room.set()
+        if self._buffered <= self._resume_at:
+            self._room.set()
 
     def _pause(self) -> None:
         if not self._paused:
