@@ -27,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 Processor = Callable[[Any], Any] | None
 # The dialects whose prepared statements run on the driver's cursor.
 DIRECT_DIALECTS = frozenset({"mysql"})
+_CURSOR = "mao_memory.driver_cursor"
 Statement = sa.Select[Any] | sa.CompoundSelect[Any] | sa.Insert | sa.Update
 
 
@@ -97,8 +98,12 @@ class Written:
 
 class Statements:
     """Runs `Prepared` statements on one connection: on MySQL through the driver, else through
-    SQLAlchemy. The driver's cursor is taken once per connection checkout. `autocommit`: the
-    connection commits every statement itself, so there is no transaction to begin."""
+    SQLAlchemy. `autocommit`: the connection commits every statement itself, so there is no
+    transaction to begin.
+
+    The driver's cursor is kept in the pooled connection's `info`, which SQLAlchemy clears whenever
+    it opens a new DBAPI connection, so each connection's cursor is made once, not per checkout.
+    """
 
     def __init__(self, conn: AsyncConnection, autocommit: bool = False) -> None:
         self.conn = conn
@@ -132,10 +137,13 @@ class Statements:
             # and the statements would stay uncommitted on a connection going back to the pool.
             await self.conn.begin()
         if self._cursor is None:
+            self._cursor = self.conn.info.get(_CURSOR)
+        if self._cursor is None:
             raw = await self.conn.get_raw_connection()
             cursor = raw.driver_connection.cursor()  # type: ignore[union-attr]
             # asyncmy hands the cursor over at once, aiomysql as an awaitable.
             self._cursor = await cursor if inspect.isawaitable(cursor) else cursor
+            self.conn.info[_CURSOR] = self._cursor
         dbapi = self.conn.dialect.loaded_dbapi
         try:
             await self._cursor.execute(compiled.sql, args)
@@ -169,4 +177,5 @@ class Statements:
 
     async def _invalidate(self, error: Exception | None) -> None:
         self._cursor = None
+        self.conn.info.pop(_CURSOR, None)
         await self.conn.invalidate(error)
