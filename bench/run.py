@@ -38,6 +38,7 @@ RAW_WINDOW = (
     "AND project_key=%s AND status='ACTIVE' ORDER BY updated_at DESC, id DESC LIMIT %s"
 )
 SKIP_EVENTS = int(os.environ.get("BENCH_SKIP_EVENTS", "1000000"))
+SKIP_PASSES = 2
 SESSIONS = int(os.environ.get("BENCH_SESSIONS", "1000"))
 LLM_LATENCY_S = 0.2
 # Progress is read from the group's committed offsets on the broker (the worker commits every
@@ -121,8 +122,15 @@ class Bench:
         await ensure_topics(self.broker.bootstrap, [topic, f"{topic}.dlq"], PARTITIONS)
         events = [event(9_000_000 + i % 500, 1_000_000 + i, i) for i in range(SKIP_EVENTS)]  # capture off
         await self.publish(topic, events)
-        bare = await bare_consume(self.broker.bootstrap, topic, SKIP_EVENTS)
-        service = await self.service_rate(topic, SKIP_EVENTS, workers=1, in_flight=64)
+        # Passes over the same topic, the bare loop and the service taking turns; the best of each
+        # counts. A single pass of either moved by up to 40% between runs on this shared machine
+        # (the broker, MariaDB and the client share its two cores), more than what is compared.
+        bare_passes, service_passes = [], []
+        for _ in range(SKIP_PASSES):
+            bare_passes.append(await bare_consume(self.broker.bootstrap, topic, SKIP_EVENTS))
+            service_passes.append(await self.service_rate(topic, SKIP_EVENTS, workers=1, in_flight=64))
+        bare = max(bare_passes)
+        service = max(service_passes, key=lambda p: p["events_per_s"])
         ratio = service["events_per_s"] / bare
         return case(
             round(service["events_per_s"]),
@@ -131,8 +139,10 @@ class Bench:
             "≥ 0.8",
             ratio >= 0.8,
             events=SKIP_EVENTS,
-            unit="events/s, service vs bare aiokafka consume-and-decode",
+            unit="events/s, service vs bare aiokafka consume-and-decode, best of each pass",
             worker_cpu_ms_per_event=service["worker_cpu_ms_per_event"],
+            bare_passes=[round(b) for b in bare_passes],
+            service_passes=[p["events_per_s"] for p in service_passes],
         )
 
     # -- cases 3, 4, 5 -----------------------------------------------------------------------------
@@ -556,7 +566,8 @@ def write_reports(results: dict[str, Any]) -> None:
     rows = [
         (
             "1 skip path",
-            f"{skip['figure']} ev/s vs bare aiokafka {skip['reference']} ev/s",
+            f"{skip['figure']} ev/s vs bare aiokafka {skip['reference']} ev/s (best of"
+            f" {len(skip['bare_passes'])} passes each: {skip['service_passes']} vs {skip['bare_passes']})",
             f"ratio {skip['ratio']:.2f}",
             skip,
         ),
