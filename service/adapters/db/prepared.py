@@ -3,12 +3,12 @@ on the driver's own cursor.
 
 `AsyncConnection.execute` spends about 0.2 ms of CPU per statement on its execution context, result
 wrapping and the greenlet hop: more than the driver's whole round trip (`bench/cpu_profile.py`
-measures the extraction with and without this path).
-The few statements that every event and every injection lookup run take this path; everything else,
-and every statement on SQLite (the embedded default), stays on `AsyncConnection.execute`. A
-statement keeps one definition in Core for both dialects. Errors leave here as SQLAlchemy raises
-them: `DBAPIError` subclasses, a disconnect or an interrupted statement invalidating the connection,
-so the transient-error rules, the retries and the pool behave as on the other path.
+measures the extraction with and without this path). The few statements that every event and every
+injection lookup run take this path; everything else, and every statement on SQLite (the embedded
+default), stays on `AsyncConnection.execute`, and each statement keeps one Core definition for
+both dialects. Errors leave here as SQLAlchemy raises them: `DBAPIError` subclasses, a disconnect
+or an interrupted statement invalidating the connection, so the transient-error rules, the retries
+and the pool behave as on the other path.
 """
 
 from __future__ import annotations
