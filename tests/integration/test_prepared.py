@@ -71,10 +71,10 @@ def reads(ids: list[int]) -> list[tuple[Prepared, dict[str, Any]]]:
         (memory_repository._pool(0), {"user_id": USER}),
         (memory_repository._pool(2), {"user_id": USER, "hash0": f"{2:040d}", "hash1": "x" * 40}),
         (
-            memory_repository._INJECTION_MYSQL,
+            memory_repository._INJECTION,
             {"user_id": USER, "project_key": "proj-a", "user_key": "", "project_limit": 12, "user_limit": 8},
         ),
-        (account_repository._LOCK_USER["mysql"], {"user_id": USER}),
+        (account_repository._LOCK_USER, {"user_id": USER}),
     ]
 
 
@@ -84,9 +84,10 @@ async def test_every_prepared_read_gives_sqlalchemys_rows_with_sqlalchemys_types
     async with engine.connect() as conn:
         await conn.execute(sa.text("INSERT IGNORE INTO memory_user_state (user_id) VALUES (:u)"), {"u": USER})
         for prepared, params in reads(pool):
-            through_sqlalchemy = [tuple(r) for r in await conn.execute(prepared.statement, params)]
+            statement = prepared.statement(conn.dialect.name)
+            through_sqlalchemy = [tuple(r) for r in await conn.execute(statement, params)]
             direct = await Statements(conn).rows(prepared, params)
-            assert [tuple(r) for r in direct] == through_sqlalchemy, prepared.statement
+            assert [tuple(r) for r in direct] == through_sqlalchemy, statement
             assert [[type(v) for v in r] for r in direct] == [
                 [type(v) for v in r] for r in through_sqlalchemy
             ]
@@ -145,7 +146,7 @@ async def test_a_killed_connection_is_invalidated_transient_and_never_handed_out
 async def test_a_lock_wait_timeout_on_the_lock_row_is_transient_and_keeps_the_connection(
     engine: AsyncEngine, pool: list[int]
 ) -> None:
-    lock = account_repository._LOCK_USER["mysql"]
+    lock = account_repository._LOCK_USER
     async with engine.connect() as holder, engine.connect() as waiter:
         await holder.execute(
             sa.text("INSERT IGNORE INTO memory_user_state (user_id) VALUES (:u)"), {"u": USER}
@@ -205,7 +206,7 @@ async def test_writes_on_the_driver_commit_with_the_connection_and_roll_back_wit
 
 
 async def test_the_lock_row_is_created_once_and_a_second_create_only_locks_it(engine: AsyncEngine) -> None:
-    create = account_repository._CREATE_USER_STATE["mysql"]
+    create = account_repository._CREATE_USER_STATE
     user = USER + 1
     try:
         async with engine.connect() as conn:

@@ -7,11 +7,9 @@ from datetime import datetime, timedelta
 from functools import cache
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.mysql import insert as mysql_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 
-from service.adapters.db.dialect import insert_ignore, upsert
+from service.adapters.db.dialect import insert_ignore, upsert, upsert_statement
 from service.adapters.db.prepared import Prepared, Statements
 from service.adapters.db.tables import (
     EXTRACTION_MODEL_SETTING,
@@ -32,25 +30,13 @@ _USER_STATE = sa.select(memory_user_state.c.user_id).where(
     memory_user_state.c.user_id == sa.bindparam("user_id")
 )
 # A row lock in MySQL; SQLite has one writer at a time, which `Database` enforces instead.
-_LOCK_USER = {"mysql": Prepared(_USER_STATE.with_for_update()), "sqlite": Prepared(_USER_STATE)}
-
-
-def _create_user_state() -> dict[str, Prepared]:
-    """The lock row inserted, or the existing one locked by a no-op update of its key."""
-    row = {"user_id": sa.bindparam("new_user"), "consolidation_due_at": sa.null()}
-    mysql = mysql_insert(memory_user_state).values(row)
-    sqlite = sqlite_insert(memory_user_state).values(row)
-    return {
-        "mysql": Prepared(mysql.on_duplicate_key_update(user_id=mysql.inserted.user_id)),
-        "sqlite": Prepared(
-            sqlite.on_conflict_do_update(
-                index_elements=["user_id"], set_={"user_id": sqlite.excluded.user_id}
-            )
-        ),
-    }
-
-
-_CREATE_USER_STATE = _create_user_state()
+_LOCK_USER = Prepared(_USER_STATE, variants={"mysql": _USER_STATE.with_for_update()})
+# The lock row inserted, or the existing one locked by a no-op update of its key.
+_STATE_ROW = {"user_id": sa.bindparam("new_user"), "consolidation_due_at": sa.null()}
+_CREATE_USER_STATE = Prepared(
+    upsert_statement("sqlite", memory_user_state, _STATE_ROW, ["user_id"]),
+    variants={"mysql": upsert_statement("mysql", memory_user_state, _STATE_ROW, ["user_id"])},
+)
 
 
 @cache
@@ -164,11 +150,11 @@ class AccountRepository:
 
     async def create_user_state(self, user_id: int) -> None:
         """Insert the lock row, or lock the one a concurrent first writer just inserted."""
-        await self._statements.write(_CREATE_USER_STATE[self.conn.dialect.name], {"new_user": user_id})
+        await self._statements.write(_CREATE_USER_STATE, {"new_user": user_id})
 
     async def lock_user(self, user_id: int) -> bool:
         """Hold the user's row lock until the transaction ends; False when the row does not exist."""
-        found = await self._statements.rows(_LOCK_USER[self.conn.dialect.name], {"user_id": user_id})
+        found = await self._statements.rows(_LOCK_USER, {"user_id": user_id})
         return bool(found)
 
     async def consolidation_due(self, user_id: int) -> datetime | None:

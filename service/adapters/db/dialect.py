@@ -26,23 +26,21 @@ async def insert_ignore(conn: AsyncConnection, table: sa.Table, values: Mapping[
     await conn.execute(sqlite_insert(table).values(dict(values)).on_conflict_do_nothing())
 
 
-async def upsert(
-    conn: AsyncConnection,
-    table: sa.Table,
-    values: Mapping[str, Any],
-    update_columns: Sequence[str],
-) -> None:
+def upsert_statement(
+    dialect: str, table: sa.Table, values: Mapping[str, Any], update_columns: Sequence[str]
+) -> sa.Insert:
     """Insert, or update `update_columns` of the row that already has this primary key."""
-    if _is_mysql(conn):
+    if dialect == "mysql":
         mysql_stmt = mysql_insert(table).values(dict(values))
-        await conn.execute(
-            mysql_stmt.on_duplicate_key_update({c: mysql_stmt.inserted[c] for c in update_columns})
-        )
-        return
+        return mysql_stmt.on_duplicate_key_update({c: mysql_stmt.inserted[c] for c in update_columns})
     sqlite_stmt = sqlite_insert(table).values(dict(values))
     keys = [c.name for c in table.primary_key.columns]
-    await conn.execute(
-        sqlite_stmt.on_conflict_do_update(
-            index_elements=keys, set_={c: sqlite_stmt.excluded[c] for c in update_columns}
-        )
+    return sqlite_stmt.on_conflict_do_update(
+        index_elements=keys, set_={c: sqlite_stmt.excluded[c] for c in update_columns}
     )
+
+
+async def upsert(
+    conn: AsyncConnection, table: sa.Table, values: Mapping[str, Any], update_columns: Sequence[str]
+) -> None:
+    await conn.execute(upsert_statement(conn.dialect.name, table, values, update_columns))

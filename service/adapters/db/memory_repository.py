@@ -160,9 +160,9 @@ _PROJECT_WINDOW = _window(Scope.PROJECT, "project_key", "project_limit")
 _USER_WINDOW = _window(Scope.USER, "user_key", "user_limit")
 # MySQL runs each parenthesised window straight into the result: half the server's work of wrapping
 # them in derived tables, which SQLite needs (it takes no parentheses around a UNION's members).
-_INJECTION_MYSQL = Prepared(sa.union_all(_PROJECT_WINDOW, _USER_WINDOW))
-_INJECTION_SQLITE = Prepared(
-    sa.union_all(_PROJECT_WINDOW.subquery("p").select(), _USER_WINDOW.subquery("u").select())
+_INJECTION = Prepared(
+    sa.union_all(_PROJECT_WINDOW.subquery("p").select(), _USER_WINDOW.subquery("u").select()),
+    variants={"mysql": sa.union_all(_PROJECT_WINDOW, _USER_WINDOW)},
 )
 
 
@@ -391,9 +391,8 @@ class MemoryRepository:
     ) -> list[tuple[Scope, str, str]]:
         """PROJECT top N then USER top M in one round trip: a UNION ALL of two index-ordered scans
         (idx_memory_project / idx_memory_user), newest first within each."""
-        statement = _INJECTION_MYSQL if self.conn.dialect.name == "mysql" else _INJECTION_SQLITE
         result = await self._statements.rows(
-            statement,
+            _INJECTION,
             {
                 "user_id": user_id,
                 "project_key": project_key or "",

@@ -48,12 +48,22 @@ class _Compiled:
 
 class Prepared:
     """One Core statement with named parameters. `columns`: an INSERT's columns, which Core needs
-    at compile time (it renders only the columns it is given values for)."""
+    at compile time (it renders only the columns it is given values for). `variants`: the same
+    statement written differently for a dialect (a row lock, an upsert, a faster form)."""
 
-    def __init__(self, statement: Statement, columns: Sequence[str] = ()) -> None:
-        self.statement = statement
+    def __init__(
+        self,
+        statement: Statement,
+        columns: Sequence[str] = (),
+        variants: Mapping[str, Statement] | None = None,
+    ) -> None:
+        self._statement = statement
+        self._variants = dict(variants or {})
         self._columns = list(columns)
         self._by_dialect: dict[str, _Compiled] = {}
+
+    def statement(self, dialect: str) -> Statement:
+        return self._variants.get(dialect, self._statement)
 
     def compiled(self, dialect: Dialect) -> _Compiled:
         found = self._by_dialect.get(dialect.name)
@@ -62,15 +72,16 @@ class Prepared:
         return found
 
     def _compile(self, dialect: Dialect) -> _Compiled:
-        compiled = self.statement.compile(dialect=dialect, column_keys=self._columns or None)
+        statement = self.statement(dialect.name)
+        compiled = statement.compile(dialect=dialect, column_keys=self._columns or None)
         if not dialect.positional or "POSTCOMPILE" in compiled.string:
             raise ValueError("a prepared statement needs positional parameters and no expanding IN")
         names = tuple(compiled.positiontup or ())
         binds = {name: compiled.binds[name] for name in names}
         row: Any = None
         processors: tuple[Processor, ...] = ()
-        if isinstance(self.statement, sa.SelectBase):
-            columns = list(self.statement.selected_columns)
+        if isinstance(statement, sa.SelectBase):
+            columns = list(statement.selected_columns)
             row = _row_type([str(c.key) for c in columns])
             processors = tuple(c.type.dialect_impl(dialect).result_processor(dialect, None) for c in columns)
         return _Compiled(
@@ -113,7 +124,7 @@ class Statements:
 
     async def rows(self, prepared: Prepared, params: Mapping[str, Any]) -> list[Any]:
         if not self._direct:
-            return list(await self.conn.execute(prepared.statement, dict(params)))
+            return list(await self.conn.execute(prepared.statement(self.conn.dialect.name), dict(params)))
         compiled = prepared.compiled(self.conn.dialect)
         cursor = await self._run(compiled, prepared.arguments(compiled, params))
         fetched = await cursor.fetchall()
@@ -125,7 +136,7 @@ class Statements:
 
     async def write(self, prepared: Prepared, params: Mapping[str, Any]) -> Written:
         if not self._direct:
-            result = await self.conn.execute(prepared.statement, dict(params))
+            result = await self.conn.execute(prepared.statement(self.conn.dialect.name), dict(params))
             return Written(result.rowcount, result.lastrowid)
         compiled = prepared.compiled(self.conn.dialect)
         cursor = await self._run(compiled, prepared.arguments(compiled, params))
