@@ -57,6 +57,11 @@ class Settings(BaseSettings):
     llm_breaker_failures: int = Field(default=5, ge=1)
     llm_breaker_open_s: float = Field(default=10.0, gt=0)
     llm_breaker_max_open_s: float = Field(default=300.0, gt=0)
+    # An event whose own model calls failed this often while other events' calls succeeded goes to
+    # the dead-letter topic as `model_failed`; failures during an outage do not count.
+    llm_event_failures: int = Field(default=3, ge=1)
+    # Reasoning models only (gpt-5*, the o-series): unset means the lowest effort the model takes.
+    llm_reasoning_effort: str | None = None
 
     # The robot channels' special projectKey values (README: "Robot-channel keys").
     robot_project_keys: Annotated[frozenset[str], NoDecode] = frozenset({"WEIXIN", "FEISHU", "DINGTALK"})
