@@ -5,9 +5,36 @@
 - SQLite: `memory_item` and `memory_history` get AUTOINCREMENT; both dialects' counters start past
   every id any history row names, so a deleted memory's trail never shows up under a new one.
 - Every `dedup_hash` is recomputed with the identity rule (NFKC, invisible characters removed,
-  whitespace folded). Rows that now collide keep the oldest; each other one is deleted with a
-  `merge` history row (actor `migration`). A kept row dismissed for capacity whose twin was ACTIVE
-  is restored, so no active fact disappears.
+  whitespace folded). Rows of one user that now share a hash ("twins") become one row: the survivor.
+  Each other twin is deleted, its history rows move under the survivor, and the survivor gets a
+  `merge` history row (actor `migration`, old content = the twin's text). A change of the survivor's
+  state is recorded as `dismiss` or `restore` (actor `migration`). The precedence never loses a
+  user's word:
+
+  | the fact's state: the first line that holds                          | state                |
+  |----------------------------------------------------------------------|----------------------|
+  | a twin was dismissed by the user and no MANUAL ACTIVE twin was       | DISMISSED (USER)     |
+  | written after that dismissal: a rejection stands unless the user's   |                      |
+  | own newer word says otherwise                                        |                      |
+  | a twin is ACTIVE: no active fact disappears                          | ACTIVE               |
+  | every twin was dismissed for capacity                                | DISMISSED (CAPACITY) |
+
+  | the survivor: each line narrows the one before                                              |
+  |---------------------------------------------------------------------------------------------|
+  | the MANUAL twins if there are any (a user's row never gives way to a machine-made one and   |
+  | stays MANUAL), else every twin                                                              |
+  | of those, the ones already in the state above                                               |
+  | of those, the oldest (created_at, then id)                                                  |
+
+  A twin was dismissed at its `updated_at` (the machine never changes a dismissed row). A MANUAL
+  twin was written at its creation or at the user's latest history entry on it (an edit, a
+  restore), never its `updated_at`, which revision 0001 also moved when the machine touched a MANUAL
+  row on an exact hit. `dismissed_by` is derived before the merge (above), so all of this holds on a
+  revision-0001 database. Two MANUAL twins cannot both stay, `(user_id, dedup_hash)` being unique:
+  one survives by the lines above and the other is deleted. Nothing the user said is lost: the two
+  texts differ only by compatibility forms and invisible characters, the survivor carries the
+  user's latest decision about the fact, and the deleted row's exact text (the `merge` row's old
+  content) and whole history are in the survivor's history.
 - `memory_user_state.consolidation_due_at` replaces `last_consolidated_at` (last run + 24 h).
 
 Revision ID: 0002
@@ -17,8 +44,9 @@ Create Date: 2026-12-03
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
 import sqlalchemy as sa
 from alembic import op
@@ -42,6 +70,7 @@ item = sa.table(
     sa.column("scope", sa.String),
     sa.column("project_key", sa.String),
     sa.column("content", sa.Text),
+    sa.column("source", sa.String),
     sa.column("status", sa.String),
     sa.column("dismissed_by", sa.String),
     sa.column("dedup_hash", sa.String),
@@ -64,7 +93,7 @@ history = sa.table(
 def upgrade() -> None:
     conn = op.get_bind()
     sqlite = conn.dialect.name == "sqlite"
-    recreate = "always" if sqlite else "auto"
+    recreate: Literal["always", "auto"] = "always" if sqlite else "auto"
     with op.batch_alter_table(
         "memory_item", recreate=recreate, table_kwargs={"sqlite_autoincrement": True}
     ) as batch:
@@ -112,33 +141,109 @@ def _rehash(conn: sa.Connection) -> None:
     rows = (
         conn.execute(sa.select(item).order_by(item.c.user_id, item.c.created_at, item.c.id)).mappings().all()
     )
-    kept: dict[tuple[int, str], dict[str, Any]] = {}
-    losers: list[tuple[dict[str, Any], dict[str, Any]]] = []
-    changed: list[tuple[int, str]] = []
+    twins: dict[tuple[int, str], list[dict[str, Any]]] = {}
     for row in rows:
         digest = dedup_hash(Scope(row["scope"]), row["project_key"], row["content"])
-        first = kept.setdefault((row["user_id"], digest), dict(row))
-        if first["id"] != row["id"]:
-            losers.append((dict(row), first))
-        elif digest != row["dedup_hash"]:
-            changed.append((row["id"], digest))
+        twins.setdefault((row["user_id"], digest), []).append(dict(row))
     now = datetime.now(UTC).replace(tzinfo=None)
-    for loser, winner in losers:
-        conn.execute(item.delete().where(item.c.id == loser["id"]))
-        _record(conn, loser, "merge", loser["content"], winner["content"], now)
-        if loser["status"] == "ACTIVE" and winner.get("dismissed_by") == "CAPACITY":
-            conn.execute(
-                item.update()
-                .where(item.c.id == winner["id"])
-                .values(status="ACTIVE", dismissed_by=None, updated_at=now)
-            )
-            _record(conn, winner, "restore", winner["content"], None, now)
-            winner["dismissed_by"] = None
+    changed: list[tuple[int, str]] = []
+    for (user_id, digest), group in twins.items():
+        kept = group[0] if len(group) == 1 else _fold(conn, user_id, group, now)
+        if kept["dedup_hash"] != digest:
+            changed.append((kept["id"], digest))
     # Two passes: a row's new hash may still be another row's old one until that row is updated.
     for row_id, _ in changed:
         conn.execute(item.update().where(item.c.id == row_id).values(dedup_hash=f"rehash-{row_id}"[:40]))
     for row_id, digest in changed:
         conn.execute(item.update().where(item.c.id == row_id).values(dedup_hash=digest))
+
+
+State = tuple[str, str | None]  # (status, dismissed_by)
+
+
+class Twin(NamedTuple):
+    """A row of a group that now shares one hash, as the merge precedence sees it."""
+
+    id: int
+    source: str
+    status: str
+    dismissed_by: str | None
+    created_at: datetime
+    updated_at: datetime
+    spoken_at: datetime | None  # the user's latest history entry on the row
+
+    @classmethod
+    def of(cls, row: dict[str, Any], spoken_at: datetime | None) -> Twin:
+        return cls(
+            row["id"], row["source"], row["status"], row["dismissed_by"],
+            row["created_at"], row["updated_at"], spoken_at,
+        )  # fmt: skip
+
+    @property
+    def state(self) -> State:
+        return self.status, self.dismissed_by
+
+
+class Merge(NamedTuple):
+    survivor: int
+    state: State
+    folded: tuple[int, ...]
+
+
+ACTIVE: State = ("ACTIVE", None)
+USER_DISMISSED: State = ("DISMISSED", "USER")
+CAPACITY_DISMISSED: State = ("DISMISSED", "CAPACITY")
+
+
+def merge_twins(twins: Sequence[Twin]) -> Merge:
+    """The precedence of the module's tables: which twin survives, and in which state."""
+    rejected = [t.updated_at for t in twins if t.state == USER_DISMISSED]
+    written = [max(t.created_at, t.spoken_at or t.created_at) for t in twins if _manual_active(t)]
+    if rejected and not (written and max(written) > max(rejected)):
+        state = USER_DISMISSED
+    elif any(t.status == "ACTIVE" for t in twins):
+        state = ACTIVE
+    else:
+        state = CAPACITY_DISMISSED
+    pool = [t for t in twins if t.source == "MANUAL"] or list(twins)
+    survivor = min(pool, key=lambda t: (t.state != state, t.created_at, t.id))
+    return Merge(survivor.id, state, tuple(t.id for t in twins if t.id != survivor.id))
+
+
+def _manual_active(twin: Twin) -> bool:
+    return twin.source == "MANUAL" and twin.state == ACTIVE
+
+
+def _fold(conn: sa.Connection, user_id: int, group: list[dict[str, Any]], now: datetime) -> dict[str, Any]:
+    """Applies `merge_twins` to one group; returns the survivor as it was read."""
+    by_id = {row["id"]: row for row in group}
+    spoken = dict(
+        conn.execute(
+            sa.select(history.c.memory_id, sa.func.max(history.c.created_at))
+            .where(history.c.user_id == user_id, history.c.memory_id.in_(by_id), history.c.actor == "user")
+            .group_by(history.c.memory_id)
+        ).all()
+    )
+    merge = merge_twins([Twin.of(row, spoken.get(row["id"])) for row in group])
+    survivor = by_id[merge.survivor]
+    for twin_id in merge.folded:
+        conn.execute(
+            history.update()
+            .where(history.c.user_id == user_id, history.c.memory_id == twin_id)
+            .values(memory_id=survivor["id"])
+        )
+        conn.execute(item.delete().where(item.c.id == twin_id))
+        _record(conn, survivor, "merge", by_id[twin_id]["content"], survivor["content"], now)
+    status, dismissed_by = merge.state
+    if (survivor["status"], survivor["dismissed_by"]) != merge.state:
+        conn.execute(
+            item.update()
+            .where(item.c.id == survivor["id"])
+            .values(status=status, dismissed_by=dismissed_by, updated_at=now)
+        )
+        action = "restore" if status == "ACTIVE" else "dismiss"
+        _record(conn, survivor, action, survivor["content"], None, now)
+    return survivor
 
 
 def _record(

@@ -102,7 +102,7 @@ def test_0002_carries_existing_rows_over(at_0001: str) -> None:
 
         with engine.begin() as conn:
             rows = {r.id: r for r in conn.execute(sa.text("SELECT * FROM memory_item")).mappings()}
-            trail = conn.execute(sa.text("SELECT * FROM memory_history WHERE memory_id = 2")).mappings().all()
+            trail = conn.execute(sa.text("SELECT * FROM memory_history WHERE memory_id = 1")).mappings().all()
             due = conn.scalar(sa.text("SELECT consolidation_due_at FROM memory_user_state"))
             conn.execute(item.insert(), [{**row(0, "迁移后的新记忆"), "id": None}])
             new_id = conn.scalar(sa.text("SELECT max(id) FROM memory_item"))
@@ -110,9 +110,9 @@ def test_0002_carries_existing_rows_over(at_0001: str) -> None:
         engine.dispose()
     assert sorted(rows) == [1, 3, 4, 5]
     assert all(r["dedup_hash"] == dedup_hash(Scope.USER, "", r["content"]) for r in rows.values())
-    assert [(h["action"], h["actor"], h["new_content"]) for h in trail] == [
-        ("merge", "migration", "报告用中文")
-    ]
+    assert [(h["action"], h["actor"], h["old_content"], h["new_content"]) for h in trail] == [
+        ("merge", "migration", "报告\u200b用中文", "报告用中文")
+    ]  # the folded twin's trail lives under the row it was folded into
     assert (rows[3]["dismissed_by"], rows[4]["dismissed_by"], rows[1]["dismissed_by"]) == (
         "CAPACITY",
         "USER",
