@@ -3,17 +3,84 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetPydanticSchema,
+    ValidationError,
+    WithJsonSchema,
+)
+from pydantic_core import core_schema
 
 BIGINT_MAX = 2**63 - 1
+
+
+def decimal_pattern(limit: int) -> str:
+    """An ECMA-262 (and Rust regex) pattern for the canonical decimal strings of 1 to `limit`.
+
+    JSON Schema cannot bound a string's value, but a pattern can: the schema then refuses
+    "9223372036854775808" exactly as the model does. Canonical: ASCII digits only, no sign, no
+    leading zero, no space.
+    """
+    digits = str(limit)
+    if len(digits) == 1:
+        return f"^[1-{digits}]$"
+    alternatives = [f"[1-9][0-9]{{0,{len(digits) - 2}}}"]  # every shorter number
+    # A number of the limit's length is below it when it first differs from it by a smaller digit.
+    for i, digit in enumerate(digits):
+        low, high = (1 if i == 0 else 0), int(digit) - 1
+        if high < low:
+            continue
+        smaller = str(low) if high == low else f"[{low}-{high}]"
+        rest = len(digits) - i - 1
+        alternatives.append(digits[:i] + smaller + (f"[0-9]{{{rest}}}" if rest else ""))
+    alternatives.append(digits)
+    return "^(?:" + "|".join(alternatives) + ")$"
+
+
+ID_PATTERN = decimal_pattern(BIGINT_MAX)
+
+# sessionId / userId: a BIGINT id as a JSON integer, or as the decimal string that JavaScript
+# producers (a JS number stops being exact at 2^53) and protobuf's JSON mapping of int64 send.
+# Both branches stay in pydantic-core, and `int()` only ever sees ASCII digits the pattern passed.
+_ID_CORE_SCHEMA = core_schema.union_schema(
+    [
+        core_schema.int_schema(ge=1, le=BIGINT_MAX, strict=True),
+        core_schema.no_info_after_validator_function(
+            int, core_schema.str_schema(pattern=ID_PATTERN, strict=True)
+        ),
+    ],
+    mode="left_to_right",
+    custom_error_type="id_type",
+    custom_error_message=f"Input should be an integer from 1 to {BIGINT_MAX} or its canonical decimal string",
+)
+_ID_JSON_SCHEMA: dict[str, object] = {
+    "oneOf": [
+        {"type": "integer", "minimum": 1, "maximum": BIGINT_MAX},
+        {
+            "type": "string",
+            "pattern": ID_PATTERN,
+            "description": f"the id in decimal: ASCII digits, no sign or leading zero, at most {BIGINT_MAX}",
+        },
+    ]
+}
+BigintId = Annotated[
+    int,
+    GetPydanticSchema(lambda _source, _handler: _ID_CORE_SCHEMA),
+    WithJsonSchema(_ID_JSON_SCHEMA),
+]
 
 
 class TaskFinishedEvent(BaseModel):
     """Published by the task service when a session's task reaches a terminal phase.
 
-    Strict: a number sent as a string, or a string sent as a number, is a broken producer and goes to
-    the dead-letter topic rather than being guessed at.
+    Strict: a value of the wrong JSON type is a broken producer and goes to the dead-letter topic
+    rather than being guessed at. The one exception is the two ids, which may also arrive as
+    canonical decimal strings, the only exact form of an int64 that JavaScript can send.
     """
 
     model_config = ConfigDict(
@@ -22,8 +89,8 @@ class TaskFinishedEvent(BaseModel):
 
     event_id: str = Field(alias="eventId", min_length=1, max_length=128)
     occurred_at: AwareDatetime = Field(alias="occurredAt")
-    session_id: int = Field(alias="sessionId", ge=1, le=BIGINT_MAX)
-    user_id: int = Field(alias="userId", ge=1, le=BIGINT_MAX)
+    session_id: BigintId = Field(alias="sessionId")
+    user_id: BigintId = Field(alias="userId")
     phase: str = Field(min_length=1, max_length=32)
     session_type: str = Field(alias="sessionType", min_length=1, max_length=32)
     channel: str | None = Field(default=None, max_length=32)
