@@ -19,7 +19,7 @@ from fastapi import FastAPI
 from service.adapters.circuit_breaker import BreakerState, CircuitBreaker
 from service.adapters.db.database import Database
 from service.adapters.db.engine import build_engine, head_revision
-from service.adapters.kafka.dead_letters import DeadLetterPublisher, build_broker
+from service.adapters.kafka.dead_letters import DeadLetterPublisher
 from service.adapters.kafka.embedded_broker import EmbeddedBroker
 from service.adapters.kafka.runner import KeyOrderedRunner
 from service.adapters.kafka.topics import ensure_topics
@@ -133,10 +133,9 @@ async def start_consumer(container: Container) -> None:
         await ensure_topics(
             container.bootstrap, [settings.kafka_topic, settings.dlq_topic], settings.kafka_partitions
         )
-    broker = build_broker(container.bootstrap)
-    dead_letters = container.dead_letters = DeadLetterPublisher(broker, settings.dlq_topic)
-    await broker.connect()
-    container.closers.append(broker)
+    dead_letters = container.dead_letters = DeadLetterPublisher(container.bootstrap, settings.dlq_topic)
+    await dead_letters.start()
+    container.closers.append(dead_letters)
     llm = build_llm(settings, container.metrics)
     container.closers.append(llm)
     handler = ExtractionHandler(
@@ -152,7 +151,12 @@ async def start_consumer(container: Container) -> None:
         container.db, llm, container.metrics, thresholds(settings), settings.llm_consolidation_max_tokens
     )
     processor = EventProcessor(
-        handler, dead_letters, container.metrics, after_commit=container.consolidator.schedule
+        handler,
+        dead_letters,
+        container.metrics,
+        after_commit=container.consolidator.schedule,
+        model_successes=lambda: llm.successes,
+        event_failures=settings.llm_event_failures,
     )
     consumer = AIOKafkaConsumer(
         bootstrap_servers=container.bootstrap.split(","),
@@ -196,6 +200,7 @@ def build_http(container: Container, mode: Mode) -> FastAPI:
     checks = {"database": _db_check(container)}
     if mode is not Mode.API:
         checks["broker"] = _broker_check(container)
+        checks["consumer"] = _consumer_check(container)
     return create_app(container, include_api=mode is not Mode.WORKER, checks=checks)
 
 
@@ -218,8 +223,19 @@ def _broker_check(container: Container) -> Check:
     return check
 
 
+def _consumer_check(container: Container) -> Check:
+    async def check() -> bool:
+        return container.runner is not None and container.runner.alive
+
+    return check
+
+
 class EmbeddedBrokerDied(RuntimeError):
     pass
+
+
+class ConsumerDied(RuntimeError):
+    """The consumer ended without being asked to: the process exits non-zero so it is restarted."""
 
 
 class _Housekeeping:
@@ -289,6 +305,7 @@ async def serve_forever(settings: Settings, mode: Mode) -> None:
     )
     http_task = asyncio.create_task(server.serve())
     consumer_task: asyncio.Task[None] | None = None
+    consumer_died: ConsumerDied | None = None
     housekeeping = _Housekeeping()
     try:
         if mode is not Mode.API:
@@ -302,10 +319,7 @@ async def serve_forever(settings: Settings, mode: Mode) -> None:
         log.info(
             "service_started", mode=mode.value, http_port=settings.http_port, bootstrap=container.bootstrap
         )
-        waiters: list[asyncio.Future[object]] = [asyncio.ensure_future(stop.wait()), http_task]  # type: ignore[list-item]
-        if consumer_task is not None:
-            waiters.append(consumer_task)  # type: ignore[arg-type]
-        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        consumer_died = await _until_stopped(stop, http_task, consumer_task, container.metrics)
     finally:
         stop.set()
         if consumer_task is not None:
@@ -322,5 +336,35 @@ async def serve_forever(settings: Settings, mode: Mode) -> None:
         if container.embedded is not None:
             container.embedded.stop()
         log.info("service_stopped")
+    if consumer_died is not None:
+        raise consumer_died
     if housekeeping.broker_died:
         raise EmbeddedBrokerDied("the embedded broker exited; the service stopped with it")
+
+
+async def _until_stopped(
+    stop: asyncio.Event,
+    http_task: asyncio.Task[None],
+    consumer_task: asyncio.Task[None] | None,
+    metrics: Metrics,
+) -> ConsumerDied | None:
+    """Wait for a stop request, the HTTP server's end or the consumer's; the consumer never ends
+    quietly: an end nobody asked for is returned, to be raised once everything is shut down."""
+    waiters: list[asyncio.Future[object]] = [asyncio.ensure_future(stop.wait()), http_task]  # type: ignore[list-item]
+    if consumer_task is not None:
+        waiters.append(consumer_task)  # type: ignore[arg-type]
+    await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    if consumer_task is None or not consumer_task.done() or stop.is_set():
+        return None
+    return _consumer_death(consumer_task, metrics)
+
+
+def _consumer_death(task: asyncio.Task[None], metrics: Metrics) -> ConsumerDied:
+    """Log the consumer's unrequested end with its traceback, and count it."""
+    metrics.consumer_crashes.inc()
+    error = None if task.cancelled() else task.exception()
+    if error is None:
+        log.error("consumer_died", error="the consumer ended without a stop request")
+        return ConsumerDied("the consumer ended without a stop request")
+    log.error("consumer_died", error=f"{type(error).__name__}: {error}", exc_info=error)
+    return ConsumerDied(f"the consumer died: {type(error).__name__}: {error}")

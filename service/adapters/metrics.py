@@ -100,6 +100,11 @@ class Metrics:
         self.dead_letters = Counter(
             f"{PREFIX}_dead_letters_total", "Events sent to the dead-letter topic", ["reason"], registry=r
         )
+        self.consumer_crashes = Counter(
+            f"{PREFIX}_consumer_crashes_total",
+            "Times the consumer ended without a stop request (the process then exits non-zero)",
+            registry=r,
+        )
         self.dead_letters_lost = Counter(
             f"{PREFIX}_dead_letters_lost_total",
             "Dead letters that neither the DLQ nor a stub of them could hold (logged with coordinates)",
@@ -154,6 +159,7 @@ class Metrics:
 
     def _initialize_series(self) -> None:
         """Every known label set exists from the start at 0, so rates and alerts never see a gap."""
+        from service.adapters.kafka.dead_letters import DeadLetterReason
         from service.app.extraction import Outcome
         from service.core.consolidation import RunResult
         from service.core.model import Action
@@ -169,18 +175,8 @@ class Metrics:
             self.consolidations.labels(run_result.value)
         for op in ("merged", "dropped"):
             self.consolidated_rows.labels(op)
-        for reason in (
-            "invalid_json",
-            "invalid_utf8",
-            "schema",
-            "too_large",
-            "empty",
-            "processing_error",
-            "model_rejected",
-            "payload_too_large",
-            "dlq_refused",
-        ):
-            self.dead_letters.labels(reason)
+        for reason in DeadLetterReason:
+            self.dead_letters.labels(reason.value)
         for path in ("llm", "skip"):
             self.processing_latency.labels(path)
         for kind in ("ledger_expired", "touches_folded", "deleted_memory_history"):

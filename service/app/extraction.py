@@ -66,7 +66,12 @@ class Llm(Protocol):
 
 class ModelUnavailable(Exception):
     """The model timed out, was rate-limited, failed or unreachable: the event stays unfinished
-    (no ledger row, offset not committed) and is tried again later."""
+    (no ledger row, offset not committed) and is tried again later. `kind` is the client's failure
+    label (timeout, error, …), the error of a `model_failed` dead letter."""
+
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(f"{kind}: {detail}")
+        self.kind = kind
 
 
 class ModelRejected(Exception):
@@ -173,7 +178,7 @@ class ExtractionHandler:
         except LlmError as exc:
             log.warning("extraction_llm_failed", event_id=event.event_id, kind=exc.kind, error=exc.detail)
             if exc.retryable:
-                raise ModelUnavailable(exc.detail) from exc
+                raise ModelUnavailable(exc.kind, exc.detail) from exc
             raise ModelRejected(exc.detail) from exc
 
         parsed = parse_extraction_answer(answer.text)

@@ -132,7 +132,7 @@ def _with_throwaway_credentials(settings: Settings) -> Settings:
 def _serve(settings: Settings, args: argparse.Namespace) -> None:
     from service.adapters.db.engine import SchemaNotCurrent
     from service.adapters.kafka.embedded_broker import PortTaken
-    from service.bootstrap import EmbeddedBrokerDied, Mode, configure_logging, serve_forever
+    from service.bootstrap import ConsumerDied, EmbeddedBrokerDied, Mode, configure_logging, serve_forever
 
     mode = Mode(args.command)
     if mode is Mode.RUN:
@@ -142,7 +142,7 @@ def _serve(settings: Settings, args: argparse.Namespace) -> None:
         uvloop.run(serve_forever(settings, mode))
     except (SchemaNotCurrent, PortTaken) as exc:
         _fail(str(exc))
-    except EmbeddedBrokerDied as exc:
+    except (EmbeddedBrokerDied, ConsumerDied) as exc:
         _fail(str(exc), code=1)
 
 

@@ -8,6 +8,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeAlias
 
 import structlog
 from aiokafka import ConsumerRecord
@@ -17,12 +18,19 @@ from service.adapters.kafka.dead_letters import (
     ERROR,
     REASON,
     DeadLetterPublisher,
+    DeadLetterReason,
+    Headers,
+    copied_headers,
     dead_letter_stub,
+    header,
     refused_for_good,
+    verdict,
 )
+from service.adapters.kafka.record_reader import UNDECODABLE
 from service.adapters.metrics import Metrics
 from service.app.extraction import Extracted, ExtractionHandler, ModelRejected, ModelUnavailable, Outcome
 from service.core.events import TaskFinishedEvent, Undecodable, decode_event
+from service.core.failure_budget import FailureBudget
 
 log = structlog.get_logger(__name__)
 
@@ -37,6 +45,7 @@ SKIP_SUMMARY_S = 60.0
 
 # Called once an extraction is committed; must return at once (consolidation runs in the background).
 AfterCommit = Callable[[Extracted], None]
+Record: TypeAlias = ConsumerRecord[bytes, bytes]
 
 
 def _coordinates(record: ConsumerRecord[bytes, bytes], event: object) -> dict[str, object]:
@@ -55,6 +64,15 @@ class Received:
     event: TaskFinishedEvent | Undecodable
 
 
+def receive(record: Record) -> Received:
+    """A fetched record decoded once; a stub from `record_reader` is undecodable by definition."""
+    headers = record.headers
+    if headers and headers[0][0] == UNDECODABLE:
+        why = (headers[0][1] or b"").decode("utf-8", "replace")
+        return Received(record, Undecodable(DeadLetterReason.UNDECODABLE_RECORD.value, why))
+    return Received(record, decode_event(record.value, MAX_EVENT_BYTES))
+
+
 class EventProcessor:
     """Returns only when the event's effects are committed or it sits on the DLQ; never drops one."""
 
@@ -64,11 +82,15 @@ class EventProcessor:
         dead_letters: DeadLetterPublisher,
         metrics: Metrics,
         after_commit: AfterCommit | None = None,
+        model_successes: Callable[[], int] = lambda: 0,
+        event_failures: int = 3,
     ) -> None:
         self._handler = handler
         self._dead_letters = dead_letters
         self._metrics = metrics
         self._after_commit = after_commit
+        self._model_successes = model_successes
+        self._event_failures = event_failures
         # Bound once: resolving a label per event costs the skip path more than counting does.
         self._outcomes = {outcome: metrics.events.labels(outcome.value) for outcome in Outcome}
         self._debug = logging.getLogger().isEnabledFor(logging.DEBUG)  # skips are too many to log otherwise
@@ -78,15 +100,15 @@ class EventProcessor:
 
     async def prepare(self, records: list[ConsumerRecord[bytes, bytes]]) -> list[Received]:
         """Decode a fetched batch and read its users' capture switches in one round trip."""
-        received = [Received(record, decode_event(record.value, MAX_EVENT_BYTES)) for record in records]
-        users = {r.event.user_id for r in received if isinstance(r.event, TaskFinishedEvent)}
+        batch = [receive(record) for record in records]
+        users = {r.event.user_id for r in batch if isinstance(r.event, TaskFinishedEvent)}
         try:
             async with asyncio.timeout(WARM_TIMEOUT_S):
                 await self._handler.warm(users)
         except Exception as exc:
             # Only an optimisation failed: the events take the slow path, which waits out outages.
             log.warning("capture_warm_failed", error=f"{type(exc).__name__}: {exc}")
-        return received
+        return batch
 
     def try_fast(self, received: Received) -> bool:
         """Finish an event synchronously when its outcome needs no I/O (most skips); True if finished."""
@@ -146,26 +168,33 @@ class EventProcessor:
             self._skips.clear()
             self._skips_since = now
 
-    async def _handle(
-        self, record: ConsumerRecord[bytes, bytes], event: TaskFinishedEvent
-    ) -> tuple[Outcome, Extracted | None]:
+    async def _handle(self, record: Record, event: TaskFinishedEvent) -> tuple[Outcome, Extracted | None]:
         """A database or model outage is waited out (offsets stay put); a request the model rejects
-        goes to the DLQ with the provider's message; a bug gets three tries, then the DLQ."""
+        goes to the DLQ at once; an event the model keeps failing on while it answers other events, and
+        a bug, get a bounded number of tries, then the DLQ."""
         delay, bug_attempts = 0.5, 0
+        budget = FailureBudget(self._event_failures, self._model_successes())
         while True:
             try:
                 return await self._handler.handle(event)
             except asyncio.CancelledError:
                 raise
             except ModelRejected as exc:
-                await self._dead_letter(record, "model_rejected", str(exc), event)
+                await self._dead_letter(record, DeadLetterReason.MODEL_REJECTED, str(exc), event)
                 return Outcome.DEAD_LETTERED, None
             except ModelUnavailable as exc:
-                # The circuit breaker holds further calls while the outage lasts; this only spaces
+                if budget.failed(self._model_successes()):
+                    await self._dead_letter(record, DeadLetterReason.MODEL_FAILED, exc.kind, event)
+                    return Outcome.DEAD_LETTERED, None
+                # The circuit breaker holds further calls while an outage lasts; this only spaces
                 # the event's own tries.
                 self._metrics.event_retries.inc()
                 log.info(
-                    "event_retry_model_unavailable", event_id=event.event_id, error=str(exc), delay=delay
+                    "event_retry_model_unavailable",
+                    event_id=event.event_id,
+                    kind=exc.kind,
+                    counted=budget.counted,
+                    delay=delay,
                 )
             except Exception as exc:
                 if is_transient(exc):
@@ -176,45 +205,66 @@ class EventProcessor:
                     log.exception("event_processing_error", event_id=event.event_id, attempt=bug_attempts)
                     if bug_attempts >= MAX_BUG_ATTEMPTS:
                         detail = f"{type(exc).__name__}: {exc}"
-                        await self._dead_letter(record, "processing_error", detail, event)
+                        await self._dead_letter(record, DeadLetterReason.PROCESSING_ERROR, detail, event)
                         return Outcome.DEAD_LETTERED, None
             await asyncio.sleep(delay)
             delay = min(delay * 2, MAX_BACKOFF_S)
 
+    async def crashed(self, received: Received, error: BaseException) -> None:
+        """`__call__` failed again and again on this record: a bug; the record goes to the DLQ."""
+        detail = f"{type(error).__name__}: {error}"
+        event = received.event if isinstance(received.event, TaskFinishedEvent) else None
+        await self._dead_letter(received.record, DeadLetterReason.PROCESSING_ERROR, detail, event)
+        self._outcomes[Outcome.DEAD_LETTERED].inc()
+
     async def _dead_letter(
-        self,
-        record: ConsumerRecord[bytes, bytes],
-        reason: str,
-        detail: str,
-        event: TaskFinishedEvent | None = None,
+        self, record: Record, reason: str, detail: str, event: TaskFinishedEvent | None = None
     ) -> None:
         """Returns once the DLQ holds the message, or a stub of it, or (if even the stub is refused for
-        good) once the loss is counted and logged with the coordinates: the partition always moves on."""
-        # The original headers travel along, so a replay can restore them.
-        original = {k: v.decode("utf-8", "replace") for k, v in record.headers or ()}
-        headers = {
-            **original,
-            REASON: reason,
-            ERROR: detail[:1000],
-            "x-original-topic": record.topic,
-            "x-original-partition": str(record.partition),
-            "x-original-offset": str(record.offset),
-        }
+        good) once the loss is counted and logged with the coordinates: the partition always moves on.
+        Nothing in the record can make this raise: a failure to copy it publishes a bare stub."""
         coordinates = _coordinates(record, event)
         coordinates["key"] = (record.key or b"").decode("utf-8", "replace")
-        refusal = await self._publish_dead_letter(record.value, record.key, headers)
+        try:
+            headers = copied_headers(list(record.headers or ()))
+            headers += verdict(reason, detail, record.topic, record.partition, record.offset)
+            await self._publish_or_stub(record.value, record.key, headers, coordinates)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("dead_letter_copy_failed", reason=reason, **coordinates)
+            why = f"the record could not be copied ({type(exc).__name__}); {reason}: {detail}"
+            bare = verdict(
+                DeadLetterReason.UNDECODABLE_RECORD, why, record.topic, record.partition, record.offset
+            )
+            await self._publish_or_stub(None, None, bare, coordinates)
+
+    async def _publish_or_stub(
+        self, value: bytes | None, key: bytes | None, headers: Headers, coordinates: dict[str, object]
+    ) -> None:
+        refusal = await self._publish_dead_letter(value, key, headers)
         if refusal is not None:
-            log.warning("dlq_message_refused", reason=reason, error=repr(refusal), **coordinates)
-            value, headers = dead_letter_stub(record.value, headers, refusal)
-            if await self._publish_dead_letter(value, record.key, headers) is not None:
+            log.warning(
+                "dlq_message_refused", reason=header(headers, REASON), error=repr(refusal), **coordinates
+            )
+            value, headers = dead_letter_stub(value, headers, refusal)
+            if await self._publish_dead_letter(value, key, headers) is not None:
                 self._metrics.dead_letters_lost.inc()
-                log.error("dead_letter_lost", reason=reason, error=detail[:300], **coordinates)
+                log.error(
+                    "dead_letter_lost",
+                    reason=header(headers, "x-dlq-original-reason"),
+                    error=(header(headers, "x-dlq-original-error") or "")[:300],
+                    **coordinates,
+                )
                 return
-        self._metrics.dead_letters.labels(headers[REASON]).inc()
-        log.info("event_dead_lettered", reason=headers[REASON], error=headers[ERROR][:300], **coordinates)
+        reason = header(headers, REASON) or ""
+        self._metrics.dead_letters.labels(reason).inc()
+        log.info(
+            "event_dead_lettered", reason=reason, error=(header(headers, ERROR) or "")[:300], **coordinates
+        )
 
     async def _publish_dead_letter(
-        self, value: bytes | None, key: bytes | None, headers: dict[str, str]
+        self, value: bytes | None, key: bytes | None, headers: Headers
     ) -> BaseException | None:
         """None once published; a refusal for good is returned; anything else is retried."""
         delay = 0.5

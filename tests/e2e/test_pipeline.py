@@ -135,7 +135,7 @@ async def test_poison_message_goes_to_the_dlq_and_the_next_event_is_processed(
     await set_capture(mysql_db, user_id)
     marker = f"poison-{user_id}"
     await producer.send_and_wait(topics.events, b"{not json " + marker.encode(), key=b"7004")
-    bad_type = dict(event_payload(user_id, 7004), userId=str(user_id), marker=marker)
+    bad_type = dict(event_payload(user_id, 7004), userId=f"0{user_id}", marker=marker)
     await producer.send_and_wait(topics.events, json.dumps(bad_type).encode(), key=b"7004")
     llm.script(f"m{user_id}", [{"type": "user", "content": "毒消息之后的事实"}])
     await publish(producer, topics.events, event_payload(user_id, 7004, lastUserMessage=said(f"m{user_id}")))

@@ -99,7 +99,7 @@ async def test_poison_events_go_to_the_dlq_and_never_block(
             wrong = {
                 "eventId": 5,
                 "occurredAt": "yesterday",
-                "sessionId": "1",
+                "sessionId": "01",
                 "userId": 1.5,
                 "phase": 1,
                 "sessionType": None,

@@ -1,6 +1,6 @@
 """A dead letter the DLQ refuses for good becomes a stub, or is counted as lost; the partition moves on.
 
-The size refusal is real: a FastStream broker whose `max_request_size` is below the message makes
+The size refusal is real: a producer whose `max_request_size` is below the message makes
 aiokafka raise the same `MessageSizeTooLargeError` a broker answers when the topic's
 `max.message.bytes` is exceeded (Tansu does not enforce that topic setting).
 """
@@ -16,7 +16,7 @@ from aiokafka import ConsumerRecord
 from aiokafka.errors import KafkaConnectionError, TopicAuthorizationFailedError
 
 from service.adapters.db.database import Database
-from service.adapters.kafka.dead_letters import DeadLetterPublisher, build_broker
+from service.adapters.kafka.dead_letters import DeadLetterPublisher, Headers, header
 from service.adapters.kafka.replay import Selection, replay_dead_letters
 from service.adapters.kafka.topics import ensure_topics
 from service.adapters.metrics import Metrics
@@ -42,10 +42,10 @@ async def test_a_dead_letter_too_large_for_the_dlq_is_published_as_a_stub(
     topic = f"task.finished.{uuid.uuid4().hex[:8]}"
     dlq = f"{topic}.dlq"
     await ensure_topics(broker.bootstrap, [topic, dlq], partitions=1)
-    kafka = build_broker(broker.bootstrap, max_request_size=4096)
-    await kafka.connect()
+    kafka = DeadLetterPublisher(broker.bootstrap, dlq, max_request_size=4096)
+    await kafka.start()
     metrics = Metrics()
-    processor = EventProcessor(make_handler(mysql_db), DeadLetterPublisher(kafka, dlq), metrics)
+    processor = EventProcessor(make_handler(mysql_db), kafka, metrics)
     received = poison(topic, 20_000)
     try:
         await processor(received)
@@ -77,9 +77,9 @@ class RefusingDeadLetters:
 
     def __init__(self, transient_first: int) -> None:
         self.transient_first = transient_first
-        self.attempts: list[dict[str, str]] = []
+        self.attempts: list[Headers] = []
 
-    async def publish(self, value: bytes | None, key: bytes | None, headers: dict[str, str]) -> None:
+    async def publish(self, value: bytes | None, key: bytes | None, headers: Headers) -> None:
         self.attempts.append(headers)
         if len(self.attempts) <= self.transient_first:
             raise KafkaConnectionError("broker unreachable")
@@ -98,7 +98,7 @@ async def test_a_dlq_the_service_may_not_write_loses_the_letter_visibly_and_move
     await processor(poison("t", 100))
 
     # Two transient failures retried, the refusal for good, then the stub, refused as well.
-    reasons = [h["x-dlq-reason"] for h in dead_letters.attempts]
+    reasons = [header(h, "x-dlq-reason") for h in dead_letters.attempts]
     assert reasons == ["invalid_json"] * 3 + ["dlq_refused"]
     assert metrics.dead_letters_lost._value.get() == 1
     assert metrics.dead_letters.labels("invalid_json")._value.get() == 0

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 
 from service.adapters.db.database import Database
-from service.adapters.kafka.dead_letters import DeadLetterPublisher, build_broker
+from service.adapters.kafka.dead_letters import DeadLetterPublisher
 from service.adapters.kafka.replay import Selection, replay_dead_letters
 from service.adapters.kafka.topics import ensure_topics
 from service.adapters.metrics import Metrics
@@ -54,9 +54,9 @@ async def test_a_rejected_event_is_dead_lettered_then_replayed_and_extracted_onc
         topic, json.dumps(payload).encode(), key=b"7", headers=[("traceparent", b"00-ab")]
     )
     await producer.stop()
-    kafka = build_broker(broker.bootstrap)
-    await kafka.connect()
-    processor = EventProcessor(make_handler(mysql_db), DeadLetterPublisher(kafka, dlq), Metrics())
+    kafka = DeadLetterPublisher(broker.bootstrap, dlq)
+    await kafka.start()
+    processor = EventProcessor(make_handler(mysql_db), kafka, Metrics())
 
     async def process(record: ConsumerRecord[bytes, bytes]) -> None:
         await processor(Received(record, decode_event(record.value, 1 << 20)))

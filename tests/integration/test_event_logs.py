@@ -18,7 +18,7 @@ from service.entrypoints import consumer
 from service.entrypoints.consumer import EventProcessor, Received
 from tests.conftest import event_payload, said
 from tests.integration.conftest import HandlerFactory
-from tests.integration.test_database_errors import RecordingDeadLetters
+from tests.support.dead_letters import RecordingDeadLetters
 from tests.support.pool import set_capture
 from tests.support.scripted_llm import ScriptedLlm
 

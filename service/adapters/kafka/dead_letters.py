@@ -1,16 +1,25 @@
-"""The dead-letter topic, published through a FastStream `KafkaBroker` (which documents it in AsyncAPI).
+"""The dead-letter topic: its header contract, and the one producer that publishes to it.
+
+A dead letter is a faithful copy of the record: the same key and value (a record without a value stays
+without one), and the original headers as bytes, in order, a null value still null. The verdict and
+the coordinates follow as `x-dlq-*` and `x-original-*` headers. A header key that is not UTF-8
+(`record_reader` keeps its bytes) cannot be written back by a Kafka client, so it travels as
+`x-dlq-raw-key:<hex of its bytes>` with its value.
 
 A message the broker refuses for good (larger than the topic's `max.message.bytes`, a topic the
-service may not write) cannot be retried into the DLQ; it is replaced by a stub that keeps the
-verdict, the original coordinates and headers and a SHA-256 of the payload, so the original can still
-be found on the source topic while its retention lasts.
+service may not write) is replaced by a stub that keeps the verdict, the original coordinates and
+headers and a SHA-256 of the payload, so the original can still be found on the source topic while its
+retention lasts.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
+from enum import StrEnum
 
+from aiokafka import AIOKafkaProducer
 from aiokafka.errors import (
     CorruptRecordException,
     InvalidTopicError,
@@ -19,12 +28,39 @@ from aiokafka.errors import (
     RecordListTooLargeError,
     TopicAuthorizationFailedError,
 )
-from faststream.kafka import KafkaBroker
+
+from service.adapters.kafka.record_reader import UNDECODABLE, header_key_bytes
 
 MAX_DLQ_MESSAGE_BYTES = 16 * 1024 * 1024
 REASON, ERROR, STUB = "x-dlq-reason", "x-dlq-error", "x-dlq-stub"
+ORIGINAL_TOPIC, ORIGINAL_PARTITION, ORIGINAL_OFFSET = (
+    "x-original-topic",
+    "x-original-partition",
+    "x-original-offset",
+)
+RAW_KEY_PREFIX = "x-dlq-raw-key:"
 # A stub must fit where its original did not: each original header value is cut to this.
-STUB_HEADER_CHARS = 1024
+STUB_HEADER_BYTES = 1024
+MAX_ERROR_CHARS = 1000
+
+Headers = list[tuple[str, bytes | None]]
+
+
+class DeadLetterReason(StrEnum):
+    """`x-dlq-reason` and the `reason` label of `mao_memory_dead_letters_total`."""
+
+    INVALID_JSON = "invalid_json"
+    INVALID_UTF8 = "invalid_utf8"
+    SCHEMA = "schema"
+    TOO_LARGE = "too_large"
+    EMPTY = "empty"
+    UNDECODABLE_RECORD = "undecodable_record"  # the Kafka client could not parse the record itself
+    PROCESSING_ERROR = "processing_error"
+    MODEL_REJECTED = "model_rejected"
+    MODEL_FAILED = "model_failed"  # the model failed this one event again and again, not an outage
+    PAYLOAD_TOO_LARGE = "payload_too_large"
+    DLQ_REFUSED = "dlq_refused"
+
 
 _TOO_LARGE = (MessageSizeTooLargeError, RecordListTooLargeError)
 _REFUSED_FOR_GOOD = (
@@ -36,54 +72,95 @@ _REFUSED_FOR_GOOD = (
 )
 
 
-def build_broker(bootstrap: str, max_request_size: int = MAX_DLQ_MESSAGE_BYTES) -> KafkaBroker:
-    """Idempotence stays off: Tansu rejects InitProducerId, and the DLQ tolerates a duplicate."""
-    return KafkaBroker(
-        bootstrap.split(","),
-        enable_idempotence=False,
-        max_request_size=max_request_size,
-        client_id="mao-memory",
-        logger=None,
-    )
-
-
 def refused_for_good(exc: BaseException) -> bool:
     """The broker (or the client's own size check) will refuse this message however often it is sent."""
     return isinstance(exc, _REFUSED_FOR_GOOD)
 
 
-def dead_letter_stub(
-    value: bytes | None, headers: dict[str, str], refusal: BaseException
-) -> tuple[bytes, dict[str, str]]:
+def header(headers: Headers, name: str) -> str | None:
+    """The last value of a header, as text (a verdict appended to a copy overrides a forged one)."""
+    for key, value in reversed(headers):
+        if key == name:
+            return None if value is None else value.decode("utf-8", "replace")
+    return None
+
+
+def copied_headers(original: Headers) -> Headers:
+    """The record's headers as they can be written again; the reader's stub marker is not copied."""
+    copied: Headers = []
+    for key, value in original:
+        if key == UNDECODABLE:
+            continue
+        try:
+            key.encode("utf-8")
+            name = key
+        except UnicodeEncodeError:
+            name = RAW_KEY_PREFIX + header_key_bytes(key).hex()
+        copied.append((name, value))
+    return copied
+
+
+def verdict(reason: str, error: str, topic: str, partition: int, offset: int) -> Headers:
+    return [
+        (REASON, reason.encode()),
+        (ERROR, error[:MAX_ERROR_CHARS].encode("utf-8", "replace")),
+        (ORIGINAL_TOPIC, topic.encode()),
+        (ORIGINAL_PARTITION, str(partition).encode()),
+        (ORIGINAL_OFFSET, str(offset).encode()),
+    ]
+
+
+def dead_letter_stub(value: bytes | None, headers: Headers, refusal: BaseException) -> tuple[bytes, Headers]:
     """The stand-in published when the dead letter itself was refused for good."""
     payload = value or b""
     digest = hashlib.sha256(payload).hexdigest()
     body = {"stub": True, "payloadSha256": digest, "payloadBytes": len(payload)}
-    reason = "payload_too_large" if isinstance(refusal, _TOO_LARGE) else "dlq_refused"
-    stub_headers = {k: v[:STUB_HEADER_CHARS] for k, v in headers.items()}
-    stub_headers |= {
-        REASON: reason,
-        ERROR: f"{type(refusal).__name__}: {refusal}"[:1000],
-        "x-dlq-original-reason": headers.get(REASON, ""),
-        "x-dlq-original-error": headers.get(ERROR, "")[:STUB_HEADER_CHARS],
-        "x-dlq-payload-sha256": digest,
-        "x-dlq-payload-bytes": str(len(payload)),
-        STUB: "1",
-    }
-    return json.dumps(body).encode(), stub_headers
+    reason = (
+        DeadLetterReason.PAYLOAD_TOO_LARGE
+        if isinstance(refusal, _TOO_LARGE)
+        else DeadLetterReason.DLQ_REFUSED
+    )
+    kept = [
+        (k, v[:STUB_HEADER_BYTES] if v is not None else None) for k, v in headers if k not in {REASON, ERROR}
+    ]
+    kept += [
+        (REASON, reason.value.encode()),
+        (ERROR, f"{type(refusal).__name__}: {refusal}"[:MAX_ERROR_CHARS].encode("utf-8", "replace")),
+        ("x-dlq-original-reason", (header(headers, REASON) or "").encode()),
+        ("x-dlq-original-error", (header(headers, ERROR) or "")[:STUB_HEADER_BYTES].encode()),
+        ("x-dlq-payload-sha256", digest.encode()),
+        ("x-dlq-payload-bytes", str(len(payload)).encode()),
+        (STUB, b"1"),
+    ]
+    return json.dumps(body).encode(), kept
 
 
 class DeadLetterPublisher:
-    def __init__(self, broker: KafkaBroker, topic: str) -> None:
-        self._broker = broker
+    """Idempotence stays off: Tansu rejects InitProducerId, and the DLQ tolerates a duplicate."""
+
+    def __init__(self, bootstrap: str, topic: str, max_request_size: int = MAX_DLQ_MESSAGE_BYTES) -> None:
         self.topic = topic
-        self._publisher = broker.publisher(
-            topic, description="task.finished messages that cannot be processed"
+        self._producer = AIOKafkaProducer(
+            bootstrap_servers=bootstrap.split(","),
+            enable_idempotence=False,
+            max_request_size=max_request_size,
+            client_id="mao-memory",
         )
 
-    async def publish(self, value: bytes | None, key: bytes | None, headers: dict[str, str]) -> None:
+    async def start(self) -> None:
+        await self._producer.start()
+
+    async def stop(self) -> None:
+        await self._producer.stop()
+
+    async def publish(self, value: bytes | None, key: bytes | None, headers: Headers) -> None:
         """Returns once the broker has acknowledged the message, so the source offset may be committed."""
-        await self._broker.publish(value or b"", topic=self.topic, key=key, headers=headers)
+        await self._producer.send_and_wait(self.topic, value, key=key, headers=headers)
 
     async def ping(self, timeout_s: float) -> bool:
-        return bool(await self._broker.ping(timeout=timeout_s))
+        """The cluster answers a metadata request (the readiness check of the broker)."""
+        try:
+            await asyncio.wait_for(self._producer.client.fetch_all_metadata(), timeout_s)
+        except Exception:
+            return False
+        return True

@@ -5,7 +5,8 @@ consumer group, nothing committed). Each selected message goes to the main topic
 headers, minus the dead-letter reason and error, plus `x-replay-count`. A stub (a dead letter the
 DLQ refused, kept as its coordinates and a hash) has no payload to replay and is only counted. The
 ledger still makes a replayed event that was already applied a duplicate, so replaying twice is
-harmless.
+harmless. Headers go back as bytes, in order, null values null; a record without a value is replayed
+without one.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from datetime import datetime
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from service.adapters.kafka.dead_letters import ERROR, REASON, STUB
+from service.adapters.kafka import record_reader
+from service.adapters.kafka.dead_letters import ERROR, REASON, STUB, Headers, header
 
 COUNT = "x-replay-count"
 
@@ -27,17 +29,17 @@ class Selection:
     reason: str | None = None
     since: datetime | None = None  # aware; the DLQ message's own timestamp is compared
 
-    def wants(self, headers: dict[str, str], timestamp_ms: int) -> bool:
-        if self.reason is not None and headers.get(REASON) != self.reason:
+    def wants(self, headers: Headers, timestamp_ms: int) -> bool:
+        if self.reason is not None and header(headers, REASON) != self.reason:
             return False
         return self.since is None or timestamp_ms >= self.since.timestamp() * 1000
 
 
-def replayed_headers(headers: dict[str, str]) -> list[tuple[str, bytes]]:
+def replayed_headers(headers: Headers) -> Headers:
     """The original headers, without the dead-letter verdict, counting the replays."""
-    kept = {k: v for k, v in headers.items() if k not in {REASON, ERROR, COUNT}}
-    kept[COUNT] = str(int(headers.get(COUNT, "0") or 0) + 1)
-    return [(k, v.encode()) for k, v in kept.items()]
+    count = header(headers, COUNT) or "0"
+    kept = [(k, v) for k, v in headers if k not in {REASON, ERROR, COUNT}]
+    return [*kept, (COUNT, str(int(count) + 1 if count.isdigit() else 1).encode())]
 
 
 @dataclass
@@ -63,6 +65,7 @@ async def replay_dead_letters(
     bootstrap: str, dlq_topic: str, topic: str, selection: Selection, dry_run: bool
 ) -> ReplayReport:
     report = ReplayReport()
+    record_reader.install()
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap.split(","), enable_auto_commit=False, group_id=None
     )
@@ -86,13 +89,13 @@ async def replay_dead_letters(
                     if record.offset >= end[tp]:
                         continue
                     report.read += 1
-                    headers = {k: v.decode("utf-8", "replace") for k, v in record.headers}
+                    headers = list(record.headers)
                     if not selection.wants(headers, record.timestamp):
                         continue
-                    if headers.get(STUB):
+                    if header(headers, STUB):
                         report.stubs += 1
                         continue
-                    report.by_reason[headers.get(REASON, "")] += 1
+                    report.by_reason[header(headers, REASON) or ""] += 1
                     report.replayed += 1
                     if not dry_run:
                         await producer.send_and_wait(

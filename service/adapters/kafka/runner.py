@@ -23,6 +23,7 @@ from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.errors import KafkaError
 from aiokafka.structs import OffsetAndMetadata
 
+from service.adapters.kafka import record_reader
 from service.adapters.kafka.offsets import PartitionOffsets
 from service.adapters.metrics import Metrics
 
@@ -31,6 +32,8 @@ log = structlog.get_logger(__name__)
 
 Item = TypeVar("Item")
 Record: TypeAlias = ConsumerRecord[bytes, bytes]
+# Tries of an item whose processing raised (a bug: `process` handles every failure it expects).
+MAX_CRASHES = 3
 
 
 class Process(Protocol[Item]):
@@ -45,6 +48,9 @@ class Process(Protocol[Item]):
 
     async def __call__(self, item: Item, /) -> None:
         """Return once the item's effects are committed; never raise for a bad record."""
+
+    async def crashed(self, item: Item, error: BaseException, /) -> None:
+        """`__call__` raised on this item again and again: put it aside (the dead-letter topic)."""
 
 
 class _Chain(Generic[Item]):
@@ -86,19 +92,21 @@ class KeyOrderedRunner(Generic[Item]):
         self._paused = False
         self._last_commit = 0.0
         self._revocations = 0
-
-    @property
-    def buffered(self) -> int:
-        return self._buffered
+        self.alive = False
 
     async def run(self, stop: asyncio.Event) -> None:
+        """Consume until `stop` is set. Any other end is an error that escapes: the caller must not
+        take it for a stop (records behind it would wait unseen)."""
+        record_reader.install()  # a record aiokafka cannot parse would otherwise raise from getmany
         self._consumer.subscribe([self._topic], listener=_Listener(self))
         await self._consumer.start()
+        self.alive = True
         try:
             while not stop.is_set():
                 await self._poll_once()
                 await self._commit(force=False)
         finally:
+            self.alive = False
             await self._drain_all()
             await self._consumer.stop()
 
@@ -166,18 +174,30 @@ class KeyOrderedRunner(Generic[Item]):
                 del self._chains[key]
 
     async def _process_until_done(self, tp: TopicPartition, offset: int, item: Item) -> None:
-        """`process` handles its own failures; anything that escapes is retried, never skipped."""
+        """`process` handles the failures it expects; one that escapes is a bug, tried MAX_CRASHES
+        times and then handed to `process.crashed`, so one record never holds its key forever."""
         delay = 0.5
-        while True:
+        for attempt in range(1, MAX_CRASHES + 1):
             try:
                 await self._process(item)
                 return
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("record_processing_crashed", partition=tp.partition, offset=offset)
+            except Exception as exc:
+                log.exception(
+                    "record_processing_crashed", partition=tp.partition, offset=offset, attempt=attempt
+                )
+                error: Exception = exc
+            if attempt < MAX_CRASHES:
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 30.0)
+                delay *= 2
+        try:
+            await self._process.crashed(item, error)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            self._metrics.dead_letters_lost.inc()
+            log.exception("record_abandoned", partition=tp.partition, offset=offset)
 
     def _finish(self, tp: TopicPartition, offset: int) -> None:
         offsets = self._offsets.get(tp)
