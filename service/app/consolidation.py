@@ -17,7 +17,6 @@ from service.core.consolidation import (
     ANSWER_SCHEMA,
     ConsolidationPlan,
     InvalidPlan,
-    Merge,
     RunResult,
     Thresholds,
     affected_groups,
@@ -26,8 +25,18 @@ from service.core.consolidation import (
     parse_plan,
     should_run,
 )
-from service.core.model import MACHINE_SOURCES, DismissedBy, Group, MemoryRow, Source, Status
-from service.core.normalize import dedup_hash
+from service.core.consolidation_ops import (
+    Abandon,
+    Drop,
+    GroupState,
+    InsertMerged,
+    MergeAway,
+    Op,
+    RestoreMerged,
+    decide,
+    merged_hashes,
+)
+from service.core.model import Group, MemoryRow, Source, Status
 
 log = structlog.get_logger(__name__)
 MAX_CONCURRENT_RUNS = 4
@@ -146,85 +155,63 @@ class Consolidator:
         if plan.empty:
             return RunResult.APPLIED
         try:
-            await self._apply(user, group, {r.id: r for r in rows}, plan, model)
-        except StalePlan as exc:
-            log.info("consolidation_stale", user_id=user, group=str(group), reason=str(exc))
-            return RunResult.ABANDONED_STALE
-        except InvalidPlan as exc:
-            log.info("consolidation_plan_rejected", user_id=user, group=str(group), reason=str(exc))
-            return RunResult.ABANDONED_INVALID
+            return await self._apply(user, group, {r.id: r for r in rows}, plan, model)
         except Exception:
             log.exception("consolidation_apply_failed", user_id=user, group=str(group))
             return RunResult.ABANDONED_ERROR
-        return RunResult.APPLIED
 
     async def _apply(
         self, user: int, group: Group, shown: dict[int, MemoryRow], plan: ConsolidationPlan, model: str
-    ) -> None:
-        """One transaction under the user lock: inserts, then deletes; any failure rolls back all of it."""
+    ) -> RunResult:
+        """One transaction under the user lock: the group read again, `decide`, its ops applied in
+        order; an abandoned plan or any failure writes nothing."""
         async with self._db.locked_user(user) as uow:
-            current = {r.id: r for r in await _machine_rows(uow, user, group)}
-            wanted = {i for m in plan.merges for i in m.source_ids} | set(plan.drops)
-            changed = sorted(i for i in wanted if i not in current or current[i].content != shown[i].content)
-            if changed:
-                raise StalePlan(f"rows {changed} changed while the model was answering")
-            now = self._db.now()
-            merged = 0
-            for merge in plan.merges:
-                target = await self._merge_target(uow, user, group, merge, wanted, model, now)
-                for source in merge.source_ids:
-                    if source == target:
-                        continue
-                    await uow.memories.delete(user, source)
-                    entry = HistoryEntry("merge", ACTOR, current[source].content, merge.content, model=model)
-                    await uow.memories.record(user, source, entry, now)
-                    merged += 1
-            for row_id in plan.drops:
-                await uow.memories.delete(user, row_id)
-                entry = HistoryEntry("drop", ACTOR, old_content=current[row_id].content, model=model)
-                await uow.memories.record(user, row_id, entry, now)
-            await uow.commit()
-        self._metrics.consolidated_rows.labels("merged").inc(merged)
-        self._metrics.consolidated_rows.labels("dropped").inc(len(plan.drops))
-
-    async def _merge_target(
-        self,
-        uow: UnitOfWork,
-        user: int,
-        group: Group,
-        merge: Merge,
-        wanted: set[int],
-        model: str,
-        now: datetime,
-    ) -> int:
-        """The row the sources fold into: a new CONSOLIDATED row, an ACTIVE row that already says
-        the merged text, or a row demoted for capacity that says it (restored). Never a row the user
-        dismissed: the ACTIVE sources would vanish into a rejected fact."""
-        digest = dedup_hash(group.scope, group.project_key, merge.content)
-        clash = (await uow.memories.by_hashes(user, [digest])).get(digest)
-        if clash is None:
-            new_id = await uow.memories.insert(
-                user, group, merge.content, digest, Source.CONSOLIDATED, None, now
+            state = GroupState(
+                {r.id: r for r in await uow.memories.machine_active_in_group(user, group)},
+                await uow.memories.by_hashes(user, merged_hashes(plan, group)),
             )
-            entry = HistoryEntry("merge", ACTOR, new_content=merge.content, model=model)
-            await uow.memories.record(user, new_id, entry, now)
-            return new_id
-        if clash.id in wanted and clash.id not in merge.source_ids:
-            raise InvalidPlan("a merge restates a row that another operation removes")
-        if clash.status is Status.DISMISSED:
-            if clash.dismissed_by is not DismissedBy.CAPACITY or clash.source not in MACHINE_SOURCES:
-                raise InvalidPlan("a merge restates a fact the user dismissed")
-            await uow.memories.set_status(user, clash.id, Status.ACTIVE, now)
-            entry = HistoryEntry("restore", ACTOR, old_content=clash.content, model=model)
-            await uow.memories.record(user, clash.id, entry, now)
-        return clash.id
-
-
-class StalePlan(Exception):
-    """A source row changed between the read and the apply: the plan describes rows that are gone."""
+            ops = decide(plan, group, shown, state)
+            if isinstance(ops, Abandon):
+                log.info(
+                    "consolidation_abandoned",
+                    user_id=user,
+                    group=str(group),
+                    result=ops.result.value,
+                    reason=ops.reason,
+                )
+                return ops.result
+            now = self._db.now()
+            for op in ops:
+                await _write(uow, user, op, model, now)
+            await uow.commit()
+        self._metrics.consolidated_rows.labels("merged").inc(sum(isinstance(op, MergeAway) for op in ops))
+        self._metrics.consolidated_rows.labels("dropped").inc(sum(isinstance(op, Drop) for op in ops))
+        return RunResult.APPLIED
 
 
 ACTOR = "consolidator"
+
+
+async def _write(uow: UnitOfWork, user: int, op: Op, model: str, now: datetime) -> None:
+    """One op of `decide` and its history row."""
+    if isinstance(op, InsertMerged):
+        row_id = await uow.memories.insert(
+            user, op.group, op.content, op.dedup_hash, Source.CONSOLIDATED, None, now
+        )
+        entry = HistoryEntry("merge", ACTOR, new_content=op.content, model=model)
+    elif isinstance(op, RestoreMerged):
+        row_id = op.row_id
+        await uow.memories.set_status(user, row_id, Status.ACTIVE, now)
+        entry = HistoryEntry("restore", ACTOR, old_content=op.content, model=model)
+    elif isinstance(op, MergeAway):
+        row_id = op.row_id
+        await uow.memories.delete(user, row_id)
+        entry = HistoryEntry("merge", ACTOR, op.old_content, op.merged_content, model=model)
+    else:
+        row_id = op.row_id
+        await uow.memories.delete(user, row_id)
+        entry = HistoryEntry("drop", ACTOR, old_content=op.content, model=model)
+    await uow.memories.record(user, row_id, entry, now)
 
 
 async def _machine_rows(uow: UnitOfWork, user: int, group: Group) -> list[MemoryRow]:

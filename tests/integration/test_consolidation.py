@@ -1,7 +1,9 @@
-"""D15 against MariaDB: the model's plan applied in one transaction per group, or not at all."""
+"""D15 against MariaDB (and SQLite where named): the model's plan applied in one transaction per group,
+or not at all."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from datetime import timedelta
 
@@ -13,10 +15,13 @@ from service.adapters.db.engine import build_engine
 from service.adapters.db.memory_repository import MemoryRepository
 from service.adapters.llm_client import LlmClient
 from service.adapters.metrics import Metrics
+from service.app.caches import CaptureSwitch
 from service.app.consolidation import Consolidator
 from service.app.extraction import Extracted
+from service.app.memories import MemoryService
 from service.core.consolidation import RunResult, Thresholds
 from service.core.model import MAX_ACTIVE_PER_USER, Group, Scope, Source, Status
+from service.core.project_keys import RobotKeys
 from tests.support.backends import mysql_server
 from tests.support.pool import history, items, seed, seed_many
 from tests.support.processes import OUTPUT, MariaDbDatabase
@@ -249,3 +254,35 @@ async def test_a_pool_within_every_threshold_is_not_even_counted(
         assert count(RunResult.ABANDONED_ERROR) == crashed + 1  # it went to the (unreachable) database
     finally:
         await unreachable.dispose()
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        [{"op": "keep", "sourceIds": [1]}, {"op": "drop", "sourceIds": [2]}],
+        [{"op": "drop", "sourceIds": [2]}],  # the row it repeats is kept by not being mentioned
+    ],
+    ids=["kept-by-name", "kept-unmentioned"],
+)
+async def test_a_drop_whose_kept_twin_the_user_deleted_meanwhile_leaves_the_group_alone(
+    any_db: Database, llm: ScriptedLlm, llm_client: LlmClient, user_id: int, answer: list[object]
+) -> None:
+    """The user deletes one of two rows stating a fact while the model answers that the other only
+    repeats it: dropping the other would leave no row stating the fact."""
+    marker = f"c{user_id}"
+    twins = [f"{marker} 报告用中文写", f"{marker} 报告请用中文撰写"]
+    ids = await seed_many(any_db, user_id, twins + [f"{marker} 事实{i}" for i in range(38)])
+    llm.script(marker, answer, delay_s=0.5)
+    memories = MemoryService(any_db, CaptureSwitch(any_db, 0), RobotKeys())
+    consolidator = Consolidator(any_db, llm_client, Metrics(), Thresholds())
+
+    run = asyncio.create_task(consolidator.run(extracted(user_id)))
+    async with asyncio.timeout(10):
+        while not llm.calls(marker):  # the request reached the model, which answers in 0.5 s
+            await asyncio.sleep(0.01)
+    await memories.delete(user_id, ids[0])
+
+    assert await run == [RunResult.ABANDONED_STALE]
+    rows = {i.id: i for i in await items(any_db, user_id)}
+    assert rows[ids[1]].content == twins[1] and len(rows) == 39
+    assert not any(h["actor"] == "consolidator" for h in await history(any_db, user_id))
