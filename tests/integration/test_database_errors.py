@@ -1,8 +1,11 @@
 """Database errors are classed by code on a real MariaDB and SQLite: outages are waited out, bugs are not.
 
 Each error is produced for real (two connections crossing locks, a killed connection, a read-only
-transaction, a missing column), then classified; one test runs the consumer against a schema with a
-missing column and watches the event reach the DLQ after three tries instead of wedging its partition.
+transaction, a statement timeout, a wrong password, a user without a grant, a database that does not
+exist, a closed port, a missing column), then classified; MySQL's own statement timeout (3024), which
+MariaDB cannot raise, goes through each driver's parser of the server's error packet. One test runs
+the consumer against a schema with a missing column and watches the event reach the DLQ after three
+tries instead of wedging its partition; another watches it wait out a database it may not log in to.
 """
 
 from __future__ import annotations
@@ -11,35 +14,49 @@ import asyncio
 import contextlib
 import json
 import sqlite3
+import struct
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, cast
 
+import asyncmy.errors
+import httpx
+import pymysql.err
 import pytest
 import sqlalchemy as sa
 from aiokafka import ConsumerRecord
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from service.adapters.db.database import Database
 from service.adapters.db.engine import build_engine
 from service.adapters.db.errors import MYSQL_TRANSIENT, error_code, is_transient
 from service.adapters.kafka.dead_letters import DeadLetterPublisher
 from service.adapters.metrics import Metrics
+from service.bootstrap import Mode, build_container, build_http
+from service.config import Settings
 from service.core.events import decode_event
 from service.entrypoints.consumer import EventProcessor, Received
 from tests.conftest import event_payload, said
 from tests.integration.conftest import HandlerFactory
 from tests.support.pool import set_capture
-from tests.support.processes import MariaDbDatabase
+from tests.support.processes import MariaDbDatabase, free_port
 from tests.support.scripted_llm import ScriptedLlm
+from tests.support.tokens import SECRET, bearer, token
 
 
 @pytest.fixture(params=["aiomysql", "asyncmy"])
-async def engine(mariadb: MariaDbDatabase, request: pytest.FixtureRequest) -> AsyncIterator[AsyncEngine]:
-    """Over a `scratch` table of its own, dropped afterwards (the schema drift test sees every table);
-    once per MySQL driver, since each raises its own exception classes."""
-    engine = build_engine(mariadb.url.replace("mysql+asyncmy", f"mysql+{request.param}"), pool_size=4)
+def url(mariadb: MariaDbDatabase, request: pytest.FixtureRequest) -> URL:
+    """The session's database once per MySQL driver, since each raises its own exception classes."""
+    return make_url(mariadb.url).set(drivername=f"mysql+{request.param}")
+
+
+@pytest.fixture
+async def engine(url: URL) -> AsyncIterator[AsyncEngine]:
+    """Over a `scratch` table of its own, dropped afterwards (the schema drift test sees every table)."""
+    engine = build_engine(url.render_as_string(hide_password=False), pool_size=4)
     async with engine.begin() as conn:
         await conn.execute(sa.text("CREATE TABLE IF NOT EXISTS scratch (id INT PRIMARY KEY, v VARCHAR(4))"))
         await conn.execute(sa.text("INSERT IGNORE INTO scratch VALUES (1, 'a'), (2, 'b')"))
@@ -111,6 +128,84 @@ async def test_a_connection_the_server_dropped_for_idleness_is_transient(engine:
     assert is_transient(exc)
 
 
+async def test_a_statement_timeout_is_transient(engine: AsyncEngine) -> None:
+    """MariaDB's max_statement_time: the server is too slow right now, the statement is fine."""
+    async with engine.connect() as conn:
+        exc = await raised(conn.execute(sa.text("SET STATEMENT max_statement_time=0.01 FOR SELECT SLEEP(1)")))
+    assert error_code(exc) == ("mysql", 1969) and is_transient(exc)
+
+
+async def test_mysqls_statement_timeout_is_transient(engine: AsyncEngine) -> None:
+    """MySQL's max_execution_time (3024) cannot be raised by MariaDB: the error packet MySQL sends is
+    parsed by the driver's own code into its own exception class, then wrapped as SQLAlchemy does."""
+    message = b"Query execution was interrupted, maximum statement execution time exceeded"
+    packet = b"\xff" + struct.pack("<h", 3024) + b"#HY000" + message
+    parse = {"aiomysql": pymysql.err, "asyncmy": asyncmy.errors}[engine.dialect.driver]
+    with pytest.raises(Exception) as caught:
+        parse.raise_mysql_exception(packet)
+    exc = DBAPIError.instance("SELECT 1", None, caught.value, engine.dialect.loaded_dbapi.Error)
+    assert error_code(exc) == ("mysql", 3024) and is_transient(exc)
+
+
+async def connect_error(url: URL) -> DBAPIError:
+    engine = build_engine(url.render_as_string(hide_password=False), pool_size=1)
+    try:
+        async with engine.connect() as conn:
+            return await raised(conn.execute(sa.text("SELECT 1")))
+    except DBAPIError as exc:
+        return exc
+    finally:
+        await engine.dispose()
+
+
+@pytest.mark.parametrize(
+    ("change", "code"),
+    [
+        ({"password": "not-the-password"}, 1045),  # credentials being rotated
+        ({"database": "mm_no_such_database"}, 1049),  # not created or restored yet
+        ({"host": "127.0.0.1", "port": free_port()}, 2003),  # nothing listens there
+    ],
+    ids=["access-denied", "unknown-database", "closed-port"],
+)
+async def test_a_database_that_cannot_be_used_is_transient(
+    url: URL, change: dict[str, Any], code: int
+) -> None:
+    exc = await connect_error(url.set(**change))
+    assert error_code(exc) == ("mysql", code) and is_transient(exc)
+
+
+async def test_a_user_without_a_grant_on_the_database_is_transient(
+    url: URL, mariadb: MariaDbDatabase
+) -> None:
+    """Access denied to the database (1044): the user exists, its grant does not (yet)."""
+    user = f"mm_nogrant_{uuid.uuid4().hex[:8]}"
+    with mariadb.server.connect(autocommit=True) as admin, admin.cursor() as cur:
+        cur.execute(f"CREATE USER '{user}'@'%' IDENTIFIED BY 'pw'")
+    try:
+        exc = await connect_error(url.set(username=user, password="pw"))
+    finally:
+        with mariadb.server.connect(autocommit=True) as admin, admin.cursor() as cur:
+            cur.execute(f"DROP USER '{user}'@'%'")
+    assert error_code(exc) == ("mysql", 1044) and is_transient(exc)
+
+
+async def test_while_access_is_denied_readyz_fails_and_the_api_answers_503(url: URL) -> None:
+    """Readiness (and so the MaoMemoryNotReady alert) and the API both say "database unavailable"."""
+    denied = url.set(password="not-the-password").render_as_string(hide_password=False)
+    settings = Settings(_env_file=None, database_url=denied, jwt_secret=SECRET)
+    container = build_container(settings)
+    # Starlette re-raises a handled exception for the server to log, after the response is sent.
+    transport = httpx.ASGITransport(app=build_http(container, Mode.API), raise_app_exceptions=False)
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+            ready = await client.get("/readyz")
+            listed = await client.get("/api/v1/memory", headers=bearer(token(7)))
+    finally:
+        await container.db.dispose()
+    assert ready.status_code == 503 and ready.json()["checks"] == {"database": "fail"}
+    assert listed.status_code == 503 and listed.json()["code"] == 50300
+
+
 @pytest.mark.parametrize(
     ("statement", "code"),
     [
@@ -132,7 +227,7 @@ async def test_sqlite_busy_is_transient_and_a_missing_table_is_not(tmp_path: Pat
     holder = sqlite3.connect(path, isolation_level=None)
     holder.execute("CREATE TABLE t (id INTEGER)")
     holder.execute("BEGIN IMMEDIATE")
-    engine = sa.ext.asyncio.create_async_engine(f"sqlite+aiosqlite:///{path}", connect_args={"timeout": 0})
+    engine = create_async_engine(f"sqlite+aiosqlite:///{path}", connect_args={"timeout": 0})
     try:
         async with engine.connect() as conn:
             busy = await raised(conn.execute(sa.text("INSERT INTO t VALUES (1)")))
@@ -177,3 +272,26 @@ async def test_an_unknown_column_reaches_the_dlq_after_three_tries_instead_of_we
         broken.drop()
     [headers] = dead_letters.published
     assert headers["x-dlq-reason"] == "processing_error" and "1054" in headers["x-dlq-error"]
+
+
+async def test_an_event_waits_out_denied_access_instead_of_reaching_the_dlq(
+    make_handler: HandlerFactory, url: URL, user_id: int
+) -> None:
+    """Credentials rotated under a running consumer: the event is retried with back-off and never
+    finished, so its offset stays put, where a bug would have been dead-lettered after three tries."""
+    denied = url.set(password="not-the-password").render_as_string(hide_password=False)
+    db = Database(build_engine(denied, 2), build_engine(denied, 2, autocommit=True))
+    raw = json.dumps(event_payload(user_id, 3, lastUserMessage=said(f"m{user_id}"))).encode()
+    record = ConsumerRecord("t", 0, 5, 0, 0, b"3", raw, None, len(b"3"), len(raw), [])
+    dead_letters, metrics = RecordingDeadLetters(), Metrics()
+    processor = EventProcessor(
+        make_handler(db), cast(DeadLetterPublisher, dead_letters), metrics, after_commit=None
+    )
+    try:
+        with pytest.raises(TimeoutError):  # tries at 0, 0.5 and 1.5 s, then waits 2 s more
+            async with asyncio.timeout(2.5):
+                await processor(Received(record, decode_event(raw, 1 << 20)))
+    finally:
+        await db.dispose()
+    assert dead_letters.published == []
+    assert metrics.registry.get_sample_value("mao_memory_db_retries_total") == 3

@@ -1,11 +1,14 @@
 """Which database errors are worth waiting out, decided by error code rather than exception class.
 
-A transient error is one after which the same work may succeed without a code change: the
-connection went away, a lock or a deadlock, the server is read-only during a failover, it is
-overloaded or shutting down. The consumer waits those out with the offset held. Everything else
-(unknown column, missing table, data too long, a constraint) is a bug or bad data, and goes through
-the three tries and the DLQ, so it can never wedge a partition. pymysql and asyncmy both raise the
-server's (or client's) numeric code as `args[0]`; the SQLite driver carries `sqlite_errorcode`.
+A transient error says the database is not usable right now, not that the statement is wrong: the
+connection went away or cannot be made, the credentials or grants are being rotated, the database
+is not there yet, a lock or a deadlock, a statement timeout (a KILL QUERY by a watchdog is the same
+thing), the server is read-only during a failover, overloaded, out of resources or shutting down.
+The consumer waits those out with the offset held, and the API answers 503. Only an error about the
+statement's own content (unknown column, missing table, data too long, a syntax error, an
+unexpected duplicate key) is a bug or bad data, and goes through the three tries and the DLQ, so it
+can never wedge a partition. pymysql and asyncmy both raise the server's (or client's) numeric code
+as `args[0]`; the SQLite driver carries `sqlite_errorcode`.
 """
 
 from __future__ import annotations
@@ -15,8 +18,20 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 # MySQL/MariaDB codes. 1xxx come from the server, 2xxx from the client library.
 MYSQL_TRANSIENT: dict[int, str] = {
+    1021: "disk full",
+    1037: "server out of memory",
     1040: "too many connections",
+    1041: "server out of resources",
+    1044: "access denied to the database (grants being changed)",
+    1045: "access denied (credential rotation)",
+    1049: "unknown database (not created or restored yet)",
     1053: "server shutdown in progress",
+    1114: "table full (disk or tablespace)",
+    1129: "host blocked after connection errors",
+    1130: "host not allowed to connect",
+    1135: "server cannot create a thread",
+    1142: "command denied on a table (grants being changed)",
+    1143: "command denied on a column (grants being changed)",
     1158: "network read error",
     1159: "network read timeout",
     1160: "network write error",
@@ -24,6 +39,7 @@ MYSQL_TRANSIENT: dict[int, str] = {
     1203: "user's connection limit reached",
     1205: "lock wait timeout",
     1213: "deadlock",
+    1226: "user's resource limit reached",
     1290: "server runs with --read-only (failover)",
     1317: "query interrupted (KILL QUERY)",
     1614: "XA transaction rolled back for a deadlock",
@@ -31,12 +47,15 @@ MYSQL_TRANSIENT: dict[int, str] = {
     1792: "read-only transaction",
     1836: "read-only mode",
     1927: "connection killed (MariaDB)",
+    1969: "statement timeout (MariaDB max_statement_time)",
     2002: "cannot connect (socket)",
     2003: "cannot connect (TCP)",
     2005: "unknown server host (DNS)",
     2006: "server has gone away",
     2013: "lost connection during query",
     2055: "lost connection (system error)",
+    3024: "statement timeout (MySQL max_execution_time)",
+    3032: "server in offline mode (MySQL)",
     4031: "disconnected by the server for inactivity",
 }
 
