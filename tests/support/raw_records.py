@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import aiokafka.producer.message_accumulator as accumulator
+import aiokafka.producer.producer as producer
 from aiokafka.record.default_records import _DefaultRecordBatchBuilderPy
 
 Header = tuple[bytes, bytes | None]
@@ -49,10 +50,13 @@ def raw_batch(
 
 @contextlib.contextmanager
 def raw_key_producers() -> Iterator[None]:
-    """aiokafka producers started inside write `RawKey` header keys as their bytes."""
-    original = accumulator.DefaultRecordBatchBuilder
-    accumulator.DefaultRecordBatchBuilder = _DefaultRecordBatchBuilderPy  # type: ignore[misc]
+    """aiokafka producers write `RawKey` header keys as their bytes inside this block."""
+    modules = (accumulator, producer)
+    originals = [module.DefaultRecordBatchBuilder for module in modules]
+    for module in modules:
+        module.DefaultRecordBatchBuilder = _DefaultRecordBatchBuilderPy  # type: ignore[misc]
     try:
         yield
     finally:
-        accumulator.DefaultRecordBatchBuilder = original  # type: ignore[misc]
+        for module, original in zip(modules, originals, strict=True):
+            module.DefaultRecordBatchBuilder = original  # type: ignore[misc]

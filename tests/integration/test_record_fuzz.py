@@ -1,0 +1,156 @@
+"""Whatever a producer can put in a record, it reaches exactly one end and nothing stops or wedges.
+
+Hypothesis generates whole Kafka records (keys, values, headers and timestamps over the space a
+client can send, header keys that are not UTF-8 included) and publishes them to Tansu, where the
+service's own runner, processor and handler consume them against MariaDB and the scripted model.
+After each generated batch:
+- the consumer is still running;
+- every record ended exactly once (the runner's view), the dead-letter topic holds exactly the
+  records that do not decode, each once with its reason, and the events counter grew by the batch;
+- every partition's committed offset reached its end within a bounded time;
+- records of one key on one partition ended in offset order.
+
+`MEMORY_FUZZ_EXAMPLES` sets the example count: small in `make test`, larger in `make faults`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from service.adapters.db.database import Database
+from service.adapters.kafka.dead_letters import ORIGINAL_OFFSET, ORIGINAL_PARTITION, REASON, header
+from service.adapters.metrics import Metrics
+from service.app.caches import CaptureSwitch
+from service.app.extraction import Outcome
+from service.core.events import Undecodable, decode_event
+from service.entrypoints.consumer import MAX_EVENT_BYTES
+from tests.conftest import said
+from tests.integration.conftest import HandlerFactory
+from tests.support.backends import Broker
+from tests.support.pool import ledger_of_user, set_capture
+from tests.support.raw_records import RawKey, raw_key_producers
+from tests.support.record_pipeline import RecordPipeline, produce
+from tests.support.scripted_llm import ScriptedLlm
+
+EXAMPLES = int(os.environ.get("MEMORY_FUZZ_EXAMPLES", "12"))
+USERS = range(9_100_000_001, 9_100_000_005)  # odd ones have auto-capture on
+
+texts = st.none() | st.text(max_size=40) | st.sampled_from([said("fuzz"), "短", "", " " * 30])
+ids = st.integers(-2, 2**63) | st.sampled_from(["42", "05", " 5", "5.0", "9223372036854775808"])
+events = st.fixed_dictionaries(
+    {
+        "eventId": st.text(min_size=1, max_size=20) | st.integers(),
+        "occurredAt": st.sampled_from(["2026-12-02T10:00:00Z", "2026-12-02T10:00:00", "yesterday"]),
+        "sessionId": st.integers(1, 4) | ids,
+        "userId": st.sampled_from(list(USERS)) | st.sampled_from([str(u) for u in USERS]) | ids,
+        "phase": st.sampled_from(["COMPLETED", "FAILED", "RUNNING", ""]),
+        "sessionType": st.sampled_from(["MAIN", "SUBAGENT", "SIDE_TASK", "WHATEVER"]),
+        "lastUserMessage": texts,
+        "lastAssistantMessage": texts,
+    },
+    optional={
+        "projectKey": st.none() | st.text(max_size=20),
+        "channel": st.none() | st.text(max_size=40),
+        "extra": st.text(),
+    },
+)
+
+
+def encoded(event: dict[str, Any]) -> bytes:
+    return json.dumps(event, ensure_ascii=False).encode()
+
+
+values = (
+    events.map(encoded)
+    | st.binary(max_size=200)
+    | st.none()
+    | st.sampled_from([b"", b"{}", b"[]", b'{"eventId": ', b"\xff\xfe", b"x" * (MAX_EVENT_BYTES + 1)])
+)
+headers = st.lists(
+    st.tuples(st.binary(max_size=12).map(RawKey), st.none() | st.binary(max_size=24)), max_size=4
+)
+records = st.lists(
+    st.tuples(
+        st.none() | st.sampled_from([b"", b"s-1", b"s-2", b"\xff"]),  # few keys: order within each matters
+        values,
+        headers,
+        st.none() | st.integers(0, 2**41),
+    ),
+    min_size=1,
+    max_size=10,
+)
+
+
+@pytest.fixture
+async def pipeline(
+    broker: Broker, mysql_db: Database, make_handler: HandlerFactory, llm: ScriptedLlm
+) -> AsyncIterator[RecordPipeline]:
+    for user in USERS:
+        await set_capture(mysql_db, user, enabled=user % 2 == 1)
+    llm.responder = lambda request: json.dumps([{"type": "user", "content": "报告一律用中文写"}])
+    handler = make_handler(mysql_db, capture=CaptureSwitch(mysql_db, 60))
+    running = RecordPipeline(broker.bootstrap, handler, Metrics())
+    await running.start()
+    yield running
+    await running.stop()
+
+
+def outcomes_total(metrics: Metrics) -> dict[str, float]:
+    return {o.value: metrics.events.labels(o.value)._value.get() for o in Outcome}
+
+
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+    ],
+)
+@given(batch=records)
+async def test_every_record_ends_exactly_once_and_every_partition_moves_on(
+    pipeline: RecordPipeline, mysql_db: Database, batch: list[Any]
+) -> None:
+    before = outcomes_total(pipeline.metrics)
+    ledger_before = sum([len(await ledger_of_user(mysql_db, u)) for u in USERS])
+    with raw_key_producers():
+        placed = await produce(pipeline.bootstrap, pipeline.topic, batch)
+    ends: dict[int, int] = {}
+    for partition, offset in placed:
+        ends[partition] = max(ends.get(partition, 0), offset + 1)
+
+    assert await pipeline.settled(ends), f"committed {[pipeline.committed(p) for p in ends]}, ends {ends}"
+    assert pipeline.task is not None and not pipeline.task.done()
+    assert all(pipeline.endings.ended[c] == 1 for c in placed), "a record ended twice or never"
+    for (_partition, _key), ended in pipeline.endings.order.items():
+        assert ended == sorted(ended), "records of one key ended out of order"
+
+    expected = {}
+    for (partition, offset), (_key, value, _headers, _ts) in zip(placed, batch, strict=True):
+        decoded = decode_event(value, MAX_EVENT_BYTES)
+        if isinstance(decoded, Undecodable):
+            expected[(partition, offset)] = decoded.reason
+    dead = {}
+    for letter in await pipeline.dead_letters():
+        where = (
+            int(header(letter.headers, ORIGINAL_PARTITION) or -1),
+            int(header(letter.headers, ORIGINAL_OFFSET) or -1),
+        )
+        assert where not in dead, "a record was dead-lettered twice"
+        dead[where] = header(letter.headers, REASON)
+    assert dead == expected
+
+    after = outcomes_total(pipeline.metrics)
+    grown = {k: after[k] - before[k] for k in after}
+    assert sum(grown.values()) == len(batch)
+    assert grown[Outcome.DEAD_LETTERED.value] == len(expected)
+    ledger_after = sum([len(await ledger_of_user(mysql_db, u)) for u in USERS])
+    assert ledger_after - ledger_before == grown[Outcome.EXTRACTED.value] + grown[Outcome.FAILED.value]
