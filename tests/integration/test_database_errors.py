@@ -33,7 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from service.adapters.db.database import Database
 from service.adapters.db.engine import build_engine
 from service.adapters.db.errors import MYSQL_TRANSIENT, error_code, is_transient
-from service.adapters.kafka.dead_letters import DeadLetterPublisher
+from service.adapters.kafka.dead_letters import ERROR, REASON, DeadLetterPublisher, header
 from service.adapters.metrics import Metrics
 from service.bootstrap import Mode, build_container, build_http
 from service.config import Settings
@@ -41,6 +41,7 @@ from service.core.events import decode_event
 from service.entrypoints.consumer import EventProcessor, Received
 from tests.conftest import event_payload, said
 from tests.integration.conftest import HandlerFactory
+from tests.support.dead_letters import RecordingDeadLetters
 from tests.support.pool import set_capture
 from tests.support.processes import MariaDbDatabase, free_port
 from tests.support.scripted_llm import ScriptedLlm
@@ -239,14 +240,6 @@ async def test_sqlite_busy_is_transient_and_a_missing_table_is_not(tmp_path: Pat
     assert error_code(missing) == ("sqlite", 1) and not is_transient(missing)
 
 
-class RecordingDeadLetters:
-    def __init__(self) -> None:
-        self.published: list[dict[str, str]] = []
-
-    async def publish(self, value: bytes | None, key: bytes | None, headers: dict[str, str]) -> None:
-        self.published.append(headers)
-
-
 async def test_an_unknown_column_reaches_the_dlq_after_three_tries_instead_of_wedging(
     make_handler: HandlerFactory, llm: ScriptedLlm, user_id: int
 ) -> None:
@@ -270,8 +263,8 @@ async def test_an_unknown_column_reaches_the_dlq_after_three_tries_instead_of_we
         with contextlib.suppress(Exception):
             await db.dispose()
         broken.drop()
-    [headers] = dead_letters.published
-    assert headers["x-dlq-reason"] == "processing_error" and "1054" in headers["x-dlq-error"]
+    [(_, _, headers)] = dead_letters.published
+    assert header(headers, REASON) == "processing_error" and "1054" in (header(headers, ERROR) or "")
 
 
 async def test_an_event_waits_out_denied_access_instead_of_reaching_the_dlq(
