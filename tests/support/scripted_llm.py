@@ -9,6 +9,8 @@ contained, and exactly what went over the wire.
 from __future__ import annotations
 
 import json
+import socket
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -33,6 +35,9 @@ class Rule:
     times: int | None = None  # answer this many times, then fall through to later rules
     raw_body: bytes | None = None  # sent as-is instead of a chat completion (broken answers)
     truncate: bool = False  # announce the whole body, send half of it, close: a stream cut mid-answer
+    reset: bool = False  # read the request, answer nothing, reset the connection
+    finish_reason: str = "stop"  # "length": the answer hit the token cap (Anthropic: "max_tokens")
+    only_if: Callable[[Request], bool] | None = None  # answers only the requests this accepts
 
 
 @dataclass
@@ -120,6 +125,8 @@ class ScriptedLlm:
             if self._record:
                 self.requests.append(request)
             for rule in self.rules:
+                if rule.only_if is not None and not rule.only_if(request):
+                    continue
                 if rule.marker in request.text and (rule.times is None or rule.times > 0):
                     if rule.times is not None:
                         rule.times -= 1
@@ -146,6 +153,11 @@ class ScriptedLlm:
                 delay = rule.delay_s if rule and rule.delay_s else llm.default_delay_s
                 if delay:
                     time.sleep(delay)
+                if rule is not None and rule.reset:
+                    # SO_LINGER 0: close() sends RST instead of FIN.
+                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    self.close_connection = True
+                    return
                 status = rule.status if rule else 200
                 if rule is not None and rule.raw_body is not None:
                     payload = rule.raw_body
@@ -156,7 +168,8 @@ class ScriptedLlm:
                 else:
                     reply = rule.reply if rule else (llm.responder(request) if llm.responder else None)
                     answer = _message if self.path.endswith("/messages") else _completion
-                    payload = json.dumps(answer(request.model, reply or "[]")).encode()
+                    finish = rule.finish_reason if rule else "stop"
+                    payload = json.dumps(answer(request.model, reply or "[]", finish)).encode()
                 try:
                     self.send_response(status)
                     self.send_header("content-type", "application/json")
@@ -176,20 +189,20 @@ class ScriptedLlm:
         return Handler
 
 
-def _completion(model: str, content: str) -> dict[str, Any]:
+def _completion(model: str, content: str, finish_reason: str = "stop") -> dict[str, Any]:
     return {
         "id": "chatcmpl-scripted",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
         "choices": [
-            {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
+            {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": finish_reason}
         ],
         "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
     }
 
 
-def _message(model: str, content: str) -> dict[str, Any]:
+def _message(model: str, content: str, finish_reason: str = "stop") -> dict[str, Any]:
     """Anthropic's messages API answer."""
     return {
         "id": "msg_scripted",
@@ -197,7 +210,7 @@ def _message(model: str, content: str) -> dict[str, Any]:
         "role": "assistant",
         "model": model,
         "content": [{"type": "text", "text": content}],
-        "stop_reason": "end_turn",
+        "stop_reason": "max_tokens" if finish_reason == "length" else "end_turn",
         "stop_sequence": None,
         "usage": {"input_tokens": 100, "output_tokens": 20},
     }
