@@ -1,10 +1,13 @@
 """What the retention job removes from a user's history, decided on rows already read.
 
-A touch records only that an event saw a fact again. A run of consecutive touches of one memory
-(no other action between them) says no more than its first row plus how many and until when, so
-the run is folded into its first row: `repeat_count` the sum, `last_at` the latest time. Every other
-action stays as it is. The history of a memory that no longer exists (deleted by its user, merged
-away) is removed once its last row is older than the horizon.
+A touch records only that an event saw a fact again. A run of consecutive touches of one memory by
+one conversation (no other action between them, one session, one model) says no more than its first
+row plus how many and until when, so the run is folded into its first row: `repeat_count` the sum,
+`last_at` the latest time. The fold forgets the later touches' event ids and the times between the
+first and the last; a touch by another session or model starts a new run, so the history still
+names every conversation and model that confirmed the fact. Every other action stays as it is. The
+history of a memory that no longer exists (deleted by its user, merged away) is removed once its
+last row is older than the horizon.
 """
 
 from __future__ import annotations
@@ -24,10 +27,18 @@ class HistoryRow:
     created_at: datetime
     repeat_count: int = 1
     last_at: datetime | None = None
+    actor: str = "auto"
+    session_id: int | None = None
+    model: str | None = None
 
     @property
     def latest(self) -> datetime:
         return self.last_at or self.created_at
+
+    @property
+    def trace(self) -> tuple[str, int | None, str | None]:
+        """What the history API shows of who made the row; a fold keeps only its keeper's."""
+        return self.actor, self.session_id, self.model
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +62,10 @@ class OpenRun:
     last_at: datetime
     absorbed: list[int] = field(default_factory=list)
 
+    def takes(self, row: HistoryRow) -> bool:
+        """A touch of the same memory by the same session and model continues the run."""
+        return row.memory_id == self.memory_id and row.action == TOUCH and row.trace == self.keeper.trace
+
     def close(self) -> Fold | None:
         if not self.absorbed:
             return None
@@ -65,8 +80,7 @@ def fold_touches(rows: Sequence[HistoryRow], carry: OpenRun | None) -> tuple[lis
     folds: list[Fold] = []
     run = carry
     for row in rows:
-        continues = run is not None and run.memory_id == row.memory_id and row.action == TOUCH
-        if run is not None and continues:
+        if run is not None and run.takes(row):
             run.count += row.repeat_count
             run.last_at = max(run.last_at, row.latest)
             run.absorbed.append(row.id)

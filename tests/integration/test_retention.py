@@ -78,25 +78,25 @@ async def trail(db: Database, user_id: int, memory_id: int) -> list[dict[str, ob
 async def test_touch_runs_fold_across_rounds_and_the_trail_still_replays(
     any_db: Database, make_handler: HandlerFactory, llm: ScriptedLlm, user_id: int, clock: ManualClock
 ) -> None:
-    """insert, touch ×4, user dismiss and restore, touch ×2 → retention → touch ×2 more → retention."""
+    """Session 1: insert, touch ×4; user dismiss and restore; session 2: touch ×2 → retention → session
+    2: touch ×2 more → retention."""
     await set_capture(any_db, user_id)
     handler = make_handler(any_db)
     memories = MemoryService(any_db, CaptureSwitch(any_db, 0), RobotKeys())
     llm.script(f"m{user_id}", [{"type": "user", "content": "报告用中文写"}])
-    session = iter(range(1, 100))
 
-    async def round_of(marker: str, times: int) -> None:
+    async def round_of(session: int, times: int) -> None:
         for _ in range(times):
             clock.advance(timedelta(hours=1))
-            await handler.handle(make_event(user_id, next(session), lastUserMessage=said(marker)))
+            await handler.handle(make_event(user_id, session, lastUserMessage=said(f"m{user_id}")))
 
-    await round_of(f"m{user_id}", 5)
+    await round_of(1, 5)
     [item] = await items(any_db, user_id)
     first_touch_at = clock.now() - timedelta(hours=3)  # events came hourly; the first was the insert
     clock.advance(timedelta(minutes=5))
     await memories.edit(user_id, item.id, None, Status.DISMISSED)
     await memories.edit(user_id, item.id, None, Status.ACTIVE)
-    await round_of(f"m{user_id}", 2)
+    await round_of(2, 2)
 
     await job(any_db).run_once()
 
@@ -108,13 +108,41 @@ async def test_touch_runs_fold_across_rounds_and_the_trail_still_replays(
         iso(first_touch_at + timedelta(hours=3)),
     )
 
-    await round_of(f"m{user_id}", 2)
+    await round_of(2, 2)
     again = await job(any_db).run_once()
     shown = await trail(any_db, user_id, item.id)
     assert counted(shown) == [("insert", 1), ("touch", 4), ("dismiss", 1), ("restore", 1), ("touch", 4)]
     assert again.touches_folded >= 2
     [after] = await items(any_db, user_id)
     assert after.content == "报告用中文写" and after.status == Status.ACTIVE.value
+
+
+async def test_a_fold_keeps_every_session_and_model_that_touched_the_memory(
+    any_db: Database, make_handler: HandlerFactory, llm: ScriptedLlm, user_id: int, clock: ManualClock
+) -> None:
+    """The history API's originSessionId and model of each touch survive retention: only touches of one
+    session by one model fold together."""
+    await set_capture(any_db, user_id)
+    llm.script(f"m{user_id}", [{"type": "user", "content": "报告用中文写"}])
+    plan = [(1, "openai/model-a")] * 3 + [(2, "openai/model-a")] * 2 + [(2, "openai/model-b")] * 2
+    for session, model in plan:
+        clock.advance(timedelta(hours=1))
+        event = make_event(user_id, session, lastUserMessage=said(f"m{user_id}"))
+        await make_handler(any_db, default_model=model).handle(event)
+    [item] = await items(any_db, user_id)
+
+    await job(any_db).run_once()
+
+    shown = [
+        (h["action"], h["originSessionId"], h["model"], h["count"])
+        for h in await trail(any_db, user_id, item.id)
+    ]
+    assert shown == [
+        ("insert", 1, "openai/model-a", 1),
+        ("touch", 1, "openai/model-a", 2),
+        ("touch", 2, "openai/model-a", 2),
+        ("touch", 2, "openai/model-b", 2),
+    ]
 
 
 async def test_a_fold_that_lost_a_race_changes_nothing(any_db: Database, user_id: int) -> None:

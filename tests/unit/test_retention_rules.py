@@ -59,3 +59,16 @@ def test_only_gone_memories_past_the_horizon_are_expired() -> None:
     cutoff = T0
     last_seen = {1: T0 - timedelta(days=1), 2: T0 - timedelta(days=1), 3: T0 + timedelta(days=1), 4: T0}
     assert expired_memories(last_seen, existing=[2], cutoff=cutoff) == [1]
+
+
+def test_a_touch_by_another_session_or_model_starts_a_new_run() -> None:
+    """The history keeps every conversation and model that confirmed a fact; a fold forgets only the
+    later event ids of one session's touches and the times between its first and last."""
+
+    def touch(i: int, session: int, model: str) -> HistoryRow:
+        return HistoryRow(i, 1, "touch", T0 + timedelta(hours=i), session_id=session, model=model)
+
+    page = [touch(1, 7, "a"), touch(2, 7, "a"), touch(3, 8, "a"), touch(4, 8, "b"), touch(5, 8, "b")]
+    folds, carry = fold_touches(page, None)
+    assert folds == [Fold(1, 1, 2, T0 + timedelta(hours=2), (2,))]  # session 7, model a
+    assert carry is not None and carry.close() == Fold(4, 1, 2, T0 + timedelta(hours=5), (5,))

@@ -51,7 +51,17 @@ class RetentionRepository:
         """The user's rows ordered by (memory_id, id), after the (memory_id, id) pair given."""
         memory_id, row_id = after
         rows = await self.conn.execute(
-            sa.select(h.c.id, h.c.memory_id, h.c.action, h.c.created_at, h.c.repeat_count, h.c.last_at)
+            sa.select(
+                h.c.id,
+                h.c.memory_id,
+                h.c.action,
+                h.c.created_at,
+                h.c.repeat_count,
+                h.c.last_at,
+                h.c.actor,
+                h.c.session_id,
+                h.c.model,
+            )
             .where(
                 h.c.user_id == user_id,
                 sa.or_(h.c.memory_id > memory_id, sa.and_(h.c.memory_id == memory_id, h.c.id > row_id)),
@@ -60,7 +70,18 @@ class RetentionRepository:
             .limit(limit)
         )
         return [
-            HistoryRow(r.id, r.memory_id, r.action, r.created_at, r.repeat_count, r.last_at) for r in rows
+            HistoryRow(
+                r.id,
+                r.memory_id,
+                r.action,
+                r.created_at,
+                r.repeat_count,
+                r.last_at,
+                r.actor,
+                r.session_id,
+                r.model,
+            )
+            for r in rows
         ]
 
     async def memory_ids(self, user_id: int) -> list[int]:
