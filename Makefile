@@ -29,11 +29,11 @@ test: install
 	$(BIN)/mypy
 	$(BIN)/pytest
 
-## The fault suite (crashes, SIGTERM, database outage, broker restart, poison input, LLM faults);
-## writes tests/faults/REPORT.md. A few minutes.
+## The fault suite (crashes, SIGTERM, database outage, broker restart, poison input, LLM faults, the
+## record and model fuzz at a larger example count); writes tests/faults/REPORT.md. A few minutes.
 faults: install
 	scripts/ensure-mariadb
-	$(BIN)/pytest tests/faults
+	MEMORY_FUZZ_EXAMPLES=150 $(BIN)/pytest tests/faults
 
 ## The long-horizon simulation: 5 users × 2,000 events over a simulated year on MariaDB and on
 ## SQLite, one process per dialect side by side; writes tests/simulation/REPORT.md.

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -40,38 +41,52 @@ from tests.support.record_pipeline import RecordPipeline, produce
 from tests.support.scripted_llm import ScriptedLlm
 
 EXAMPLES = int(os.environ.get("MEMORY_FUZZ_EXAMPLES", "12"))
+# What the generated batches held and how they ended, summed over the run (the fault report's row).
+TALLY: Counter[str] = Counter()
 USERS = range(9_100_000_001, 9_100_000_005)  # odd ones have auto-capture on
 
-texts = st.none() | st.text(max_size=40) | st.sampled_from([said("fuzz"), "短", "", " " * 30])
-ids = st.integers(-2, 2**63) | st.sampled_from(["42", "05", " 5", "5.0", "9223372036854775808"])
-events = st.fixed_dictionaries(
+said_enough = st.sampled_from([said("fuzz"), said("模型")])  # long enough to reach the model
+texts = st.one_of(
+    said_enough, said_enough, st.none(), st.text(max_size=40), st.sampled_from(["短", " " * 30])
+)
+# A valid event of the user pool, ids as JSON integers or canonical decimal strings.
+valid_events = st.fixed_dictionaries(
     {
-        "eventId": st.text(min_size=1, max_size=20) | st.integers(),
-        "occurredAt": st.sampled_from(["2026-12-02T10:00:00Z", "2026-12-02T10:00:00", "yesterday"]),
-        "sessionId": st.integers(1, 4) | ids,
-        "userId": st.sampled_from(list(USERS)) | st.sampled_from([str(u) for u in USERS]) | ids,
-        "phase": st.sampled_from(["COMPLETED", "FAILED", "RUNNING", ""]),
-        "sessionType": st.sampled_from(["MAIN", "SUBAGENT", "SIDE_TASK", "WHATEVER"]),
+        "eventId": st.uuids().map(str) | st.text(min_size=1, max_size=20),
+        "occurredAt": st.just("2026-12-02T10:00:00Z"),
+        "sessionId": st.integers(1, 4) | st.sampled_from(["1", "2"]),
+        "userId": st.sampled_from(list(USERS)) | st.sampled_from([str(u) for u in USERS]),
+        "phase": st.sampled_from(["COMPLETED"] * 3 + ["FAILED", "RUNNING"]),
+        "sessionType": st.sampled_from(["MAIN"] * 3 + ["SUBAGENT", "SIDE_TASK", "WHATEVER"]),
         "lastUserMessage": texts,
         "lastAssistantMessage": texts,
     },
     optional={
         "projectKey": st.none() | st.text(max_size=20),
-        "channel": st.none() | st.text(max_size=40),
+        "channel": st.none() | st.text(max_size=32),
         "extra": st.text(),
     },
 )
+junk = st.none() | st.integers(-2, 2**64) | st.floats() | st.text(max_size=8) | st.booleans() | st.just([])
+broken_ids = st.sampled_from(["05", " 5", "5.0", "0x5", "9223372036854775808", "", "٥"])
+broken_events = st.tuples(
+    valid_events,
+    st.sampled_from(["eventId", "occurredAt", "sessionId", "userId", "phase", "sessionType"]),
+    junk | broken_ids,
+).map(lambda t: {**t[0], t[1]: t[2]})
 
 
 def encoded(event: dict[str, Any]) -> bytes:
     return json.dumps(event, ensure_ascii=False).encode()
 
 
-values = (
-    events.map(encoded)
-    | st.binary(max_size=200)
-    | st.none()
-    | st.sampled_from([b"", b"{}", b"[]", b'{"eventId": ', b"\xff\xfe", b"x" * (MAX_EVENT_BYTES + 1)])
+values = st.one_of(
+    valid_events.map(encoded),
+    valid_events.map(encoded),
+    broken_events.map(encoded),
+    st.binary(max_size=200),
+    st.none(),
+    st.sampled_from([b"", b"{}", b"[]", b'{"eventId": ', b"\xff\xfe", b"x" * (MAX_EVENT_BYTES + 1)]),
 )
 headers = st.lists(
     st.tuples(st.binary(max_size=12).map(RawKey), st.none() | st.binary(max_size=24)), max_size=4
@@ -154,3 +169,19 @@ async def test_every_record_ends_exactly_once_and_every_partition_moves_on(
     assert grown[Outcome.DEAD_LETTERED.value] == len(expected)
     ledger_after = sum([len(await ledger_of_user(mysql_db, u)) for u in USERS])
     assert ledger_after - ledger_before == grown[Outcome.EXTRACTED.value] + grown[Outcome.FAILED.value]
+    TALLY.update(
+        batches=1,
+        records=len(batch),
+        dead_lettered=len(expected),
+        undecodable_keys=sum(any(_bad_key(k) for k, _v in h) for _k, _v, h, _t in batch),
+        null_header_values=sum(any(v is None for _k, v in h) for _k, _v, h, _t in batch),
+        extracted=int(grown[Outcome.EXTRACTED.value]),
+    )
+
+
+def _bad_key(key: RawKey) -> bool:
+    try:
+        key.raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
