@@ -1,28 +1,24 @@
 """The pool's invariants, checked after every step of the simulation.
 
 `check_step` is pure: the rows before and after one step, the history rows the step appended, who
-acted, and what the model offered. `PoolWatch` reads those from the database for one user.
+acted, and what the model offered. `PoolWatch` (watch.py) reads those from the database for one user.
 """
 
 from __future__ import annotations
 
 import functools
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Literal
 
-import sqlalchemy as sa
-
-from service.adapters.db.database import Database
-from service.adapters.db.tables import memory_history, memory_item
-from service.core.clock import Clock
 from service.core.extraction_answer import ParsedAnswer, parse_extraction_answer
 from service.core.model import MACHINE_SOURCES, MAX_ACTIVE_PER_USER, Action, Group, Scope, Source
 from service.core.normalize import identity
 from service.core.persist_plan import candidate_group
+from tests.simulation.model import fact_of
 
-Actor = Literal["user", "extraction", "consolidation"]
+Actor = Literal["user", "extraction", "consolidation", "migration"]
 
 
 @dataclass(frozen=True)
@@ -59,6 +55,11 @@ class Replayed:
     dismissed_by: str | None = None
     updated_at: datetime | None = None
     deleted: bool = False
+
+    @classmethod
+    def of(cls, row: Row) -> Replayed:
+        """A row taken as it is, where its history starts before the simulation (a migrated pool)."""
+        return cls(row.content, row.status, row.source, row.dismissed_by, row.updated_at)
 
     def matches(self, row: Row) -> bool:
         return (self.content, self.status, self.source, self.dismissed_by, self.updated_at, self.deleted) == (
@@ -125,8 +126,10 @@ def check_step(
     ever_seen: set[int],
     history: dict[int, Replayed],
     offered: Offered | None = None,
+    user_deleted: frozenset[int] = frozenset(),
 ) -> list[str]:
-    """Every rule the pool must keep across one step; an empty list means it kept them all."""
+    """Every rule the pool must keep across one step; an empty list means it kept them all.
+    `user_deleted`: rows the user deleted during the step (while a consolidation call was in flight)."""
     problems: list[str] = []
     active = [r for r in after.values() if r.active]
     if len(active) > MAX_ACTIVE_PER_USER:
@@ -140,9 +143,13 @@ def check_step(
     by_memory: dict[int, list[dict[str, Any]]] = {}
     for entry in entries:
         by_memory.setdefault(entry["memory_id"], []).append(entry)
-    problems += _vanished(actor, before, after, by_memory)
-    if actor != "user":
+    problems += _vanished(actor, before, after, by_memory, user_deleted)
+    if actor in ("extraction", "consolidation"):  # the migration's own rules: tests/simulation/twins.py
         problems += _machine_rules(before, after)
+    if actor == "consolidation":
+        problems += [
+            f"fact {f} lost: no ACTIVE row states it" for f in lost_facts(before, after, user_deleted)
+        ]
     if offered is not None:
         problems += _no_freeze(before, after, offered)
     for entry in entries:
@@ -157,17 +164,41 @@ def check_step(
 
 
 def _vanished(
-    actor: Actor, before: dict[int, Row], after: dict[int, Row], by_memory: dict[int, list[dict[str, Any]]]
+    actor: Actor,
+    before: dict[int, Row],
+    after: dict[int, Row],
+    by_memory: dict[int, list[dict[str, Any]]],
+    user_deleted: frozenset[int],
 ) -> list[str]:
     """No ACTIVE row is deleted except by the user, a validated merge or a drop."""
-    allowed = {"user": {("delete", "user")}, "extraction": set(), "consolidation": set()}[actor]
+    allowed = {"user": {("delete", "user")}, "extraction": set(), "consolidation": set(), "migration": set()}[
+        actor
+    ]
     allowed |= {("merge", "consolidator"), ("drop", "consolidator")} if actor == "consolidation" else set()
     problems = []
     for row_id in set(before) - set(after):
         said = {(e["action"], e["actor"]) for e in by_memory.get(row_id, [])}
-        if not said & allowed:
+        if not said & (allowed | ({("delete", "user")} if row_id in user_deleted else set())):
             problems.append(f"row {row_id} deleted by {actor} with history {said or 'none'}")
     return problems
+
+
+def fact_key(row: Row) -> tuple[str, str, object]:
+    """The fact a row states: the simulated fact it names (any wording, merged or not), else its text."""
+    return row.scope, row.project_key, fact_of(row.content) or _identity(row.content)
+
+
+def lost_facts(before: dict[int, Row], after: dict[int, Row], user_deleted: frozenset[int]) -> list[str]:
+    """Facts ACTIVE before a consolidation and stated by no ACTIVE row after it, unless the user
+    deleted every row that stated them."""
+    stated = {fact_key(r) for r in after.values() if r.active}
+    rows_of: dict[tuple[str, str, object], list[int]] = {}
+    for row in before.values():
+        if row.active:
+            rows_of.setdefault(fact_key(row), []).append(row.id)
+    return sorted(
+        (str(f) for f, ids in rows_of.items() if f not in stated and not set(ids) <= user_deleted), key=str
+    )
 
 
 def _machine_rules(before: dict[int, Row], after: dict[int, Row]) -> list[str]:
@@ -222,84 +253,19 @@ def _no_freeze(before: dict[int, Row], after: dict[int, Row], offered: Offered) 
     return problems
 
 
-@dataclass
-class PoolWatch:
-    """One user's pool as the checker last saw it.
-
-    A step reads only the rows it could have changed: those written at the clock's current time
-    (the simulation moves the clock between steps, never within one) and those its history rows
-    name. A full read replaces that every `FULL_EVERY` steps and at the end, so a change that
-    bypassed both (no history, no new `updated_at`) is still caught.
-    """
-
-    db: Database
-    user_id: int
-    ever_seen: set[int]
-    clock: Clock
-    rows: dict[int, Row] = field(default_factory=dict)
-    history: dict[int, Replayed] = field(default_factory=dict)
-    touches: Counter[int] = field(default_factory=Counter)
-    last_history_id: int = 0
-    steps: int = 0
-
-    async def step(self, actor: Actor, offered: Offered | None = None, full: bool = False) -> dict[int, Row]:
-        """Read the pool, check the step that led to it, and remember it; raises on a broken rule."""
-        full = full or self.steps % FULL_EVERY == 0
-        self.steps += 1
-        h, t = memory_history, memory_item
-        async with self.db.read() as uow:
-            entries = [
-                dict(r._mapping)
-                for r in await uow.conn.execute(
-                    sa.select(h)
-                    .where(h.c.user_id == self.user_id, h.c.id > self.last_history_id)
-                    .order_by(h.c.id)
-                )
-            ]
-            named = sorted({e["memory_id"] for e in entries})
-            query = sa.select(t).where(t.c.user_id == self.user_id)
-            if not full:
-                query = query.where(sa.or_(t.c.updated_at >= self.clock.now(), t.c.id.in_(named)))
-            found = {
-                r.id: Row(
-                    r.id, r.scope, r.project_key, r.content, r.source, r.status, r.dismissed_by, r.updated_at
-                )
-                for r in await uow.conn.execute(query)
-            }
-        after = found if full else {i: r for i, r in self.rows.items() if i not in named} | found
-        problems = check_step(actor, self.rows, after, entries, self.ever_seen, self.history, offered)
-        if problems:
-            raise Violation(f"user {self.user_id} after {actor}: " + "; ".join(problems))
-        self.ever_seen |= set(after)
-        self.rows = after
-        self.touches.update(e["memory_id"] for e in entries if e["action"] == "touch")
-        if entries:
-            self.last_history_id = entries[-1]["id"]
-        return after
-
-    async def after_retention(self) -> None:
-        """Re-read the whole pool and history after a retention run; raises on a broken rule."""
-        h = memory_history
-        async with self.db.read() as uow:
-            entries = [
-                dict(r._mapping)
-                for r in await uow.conn.execute(
-                    sa.select(h).where(h.c.user_id == self.user_id).order_by(h.c.id)
-                )
-            ]
-        problems = check_after_retention(self.rows, entries, self.touches)
-        if problems:
-            raise Violation(f"user {self.user_id} after retention: " + "; ".join(problems))
-
-
 def check_after_retention(
-    rows: dict[int, Row], entries: list[dict[str, Any]], touches_seen: Counter[int]
+    rows: dict[int, Row],
+    entries: list[dict[str, Any]],
+    touches_seen: Counter[int],
+    baseline: dict[int, Replayed] | None = None,
+    baseline_id: int = 0,
 ) -> list[str]:
-    """Retention folded touch runs and removed old trails: the history left, replayed from nothing,
-    must still give every row exactly, and each memory's touches must still add up."""
-    replayed: dict[int, Replayed] = {}
+    """Retention folded touch runs and removed old trails: the history left, replayed from nothing
+    (or from `baseline`, the pool as a migration left it, for rows after `baseline_id`), must still
+    give every row exactly, and each memory's touches must still add up."""
+    replayed: dict[int, Replayed] = dict(baseline or {})
     folded: Counter[int] = Counter()
-    for entry in entries:
+    for entry in [e for e in entries if e["id"] > baseline_id] if baseline_id else entries:
         replayed[entry["memory_id"]] = replay(replayed.get(entry["memory_id"]), entry)
         if entry["action"] == "touch":
             folded[entry["memory_id"]] += entry["repeat_count"]
@@ -314,6 +280,3 @@ def check_after_retention(
         if folded[m] != touches_seen[m]
     ]
     return problems
-
-
-FULL_EVERY = 100

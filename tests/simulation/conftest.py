@@ -22,11 +22,14 @@ from service.app.extraction import ExtractionHandler, ExtractionSlots
 from service.bootstrap import Container, Mode, build_container, build_http
 from service.config import Settings
 from tests.simulation.driver import START, RecordingLlm, Simulation, Tally
+from tests.simulation.twins import TwinMigration, migrate_twins
 from tests.support.clock import ManualClock
 from tests.support.processes import MariaDbDatabase
 from tests.support.tokens import SECRET
 
 SEED = int(os.environ.get("MEMORY_SIM_SEED", "20270101"))
+USERS = int(os.environ.get("MEMORY_SIM_USERS", "1"))
+EVENTS = int(os.environ.get("MEMORY_SIM_EVENTS", "300"))
 MODEL = "openai/gpt-4o-mini"
 
 
@@ -53,6 +56,7 @@ class Stack:
     llm: RecordingLlm
     http: httpx.AsyncClient
     clock: ManualClock
+    twins: TwinMigration | None = None  # what migration 0002 made of the seeded twins, if any
 
     def simulation(self, users: list[int], events: int) -> Simulation:
         return Simulation(
@@ -65,6 +69,7 @@ class Stack:
             users,
             events,
             SEED,
+            self.twins.ids if self.twins else None,
         )
 
 
@@ -110,10 +115,17 @@ def sqlite_url(directory: Path) -> str:
 
 @pytest.fixture(params=["mysql", "sqlite"])
 async def stack(
-    request: pytest.FixtureRequest, mariadb: MariaDbDatabase, tmp_path: Path, model_base: str
+    request: pytest.FixtureRequest, mariadb: MariaDbDatabase, tmp_path: Path, model_base: str, user_id: int
 ) -> AsyncIterator[Stack]:
-    url = mariadb.url if request.param == "mysql" else sqlite_url(tmp_path)
+    """MariaDB as the session migrated it; SQLite from revision 0001 holding the users' lookalike
+    twins, upgraded to head before the service starts."""
+    twins = None
+    if request.param == "mysql":
+        url = mariadb.url
+    else:
+        url, twins = migrate_twins(tmp_path, [user_id + i for i in range(USERS)])
     async with service_stack(url, model_base) as built:
+        built.twins = twins
         yield built
 
 

@@ -12,6 +12,7 @@ import asyncio
 import json
 import random
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -27,8 +28,10 @@ from service.app.extraction import ExtractionHandler, Outcome
 from service.app.retention import Horizons, RetentionJob
 from service.core.consolidation import RunResult
 from service.core.events import TaskFinishedEvent
-from tests.simulation.checker import Offered, PoolWatch, Row, identity_key
+from service.core.model import USER_GROUP, Group, Scope
+from tests.simulation.checker import Offered, Row, fact_key, identity_key
 from tests.simulation.model import STYLES, conversation, wording
+from tests.simulation.watch import PoolWatch
 from tests.support.clock import ManualClock
 from tests.support.tokens import bearer, token
 
@@ -37,6 +40,8 @@ SKIPPED = {RunResult.SKIPPED_THRESHOLD, RunResult.SKIPPED_COOLDOWN, RunResult.SK
 YEAR = timedelta(days=365)
 PROJECTS = [None, "alpha", "beta"]
 FACTS = 400  # what a user has to say over a year; more than 200 fit, so the cap is reached
+NEW_SESSION = 0.5  # an event starts a new session, or is a later turn of the last one
+IN_FLIGHT_DELETE = 0.3  # a consolidation call during which the user deletes a row it was shown
 
 
 @dataclass
@@ -50,6 +55,8 @@ class Tally:
     duplicates: int = 0
     steps_checked: int = 0
     retention: Counter[str] = field(default_factory=Counter)
+    facts_checked: int = 0  # ACTIVE facts that had to be stated still after a consolidation
+    facts_lost: int = 0
 
 
 @dataclass
@@ -59,6 +66,10 @@ class SimUser:
     watch: PoolWatch
     facts: int
     session: int = 0
+    events: int = 0
+    project: str | None = None
+    topic: list[int] = field(default_factory=list)
+    deleted_meanwhile: set[int] = field(default_factory=set)
 
 
 CURRENT_USER: ContextVar[int] = ContextVar("simulated_user")
@@ -73,6 +84,8 @@ class RecordingLlm:
         self.last_extraction: dict[int, str] = {}
         # The ten extraction prompts that showed the most memories, for the token count.
         self.largest: list[tuple[int, list[dict[str, str]]]] = []
+        # Runs while a consolidation call is in flight, with the user and the prompt.
+        self.meanwhile: Callable[[int, list[dict[str, str]]], Awaitable[None]] | None = None
 
     def mode(self, model: str) -> StructuredOutput:
         return self._llm.mode(model)
@@ -81,7 +94,11 @@ class RecordingLlm:
         self, purpose: str, model: str, messages: list[dict[str, str]], shape: AnswerShape, wait: bool = True
     ) -> LlmAnswer:
         self.calls[purpose] += 1
-        answer = await self._llm.complete(purpose, model, messages, shape, wait)
+        call = self._llm.complete(purpose, model, messages, shape, wait)
+        if purpose == "consolidation" and self.meanwhile is not None:
+            answer, _ = await asyncio.gather(call, self.meanwhile(CURRENT_USER.get(), messages))
+        else:
+            answer = await call
         if purpose == "extraction":
             self.last_extraction[CURRENT_USER.get()] = answer.text
             shown = len(json.loads(messages[-1]["content"])["existing"])
@@ -102,14 +119,16 @@ class Simulation:
         users: list[int],
         events: int,
         seed: int,
+        retired: set[int] | None = None,
     ) -> None:
+        """`retired`: ids of rows that existed before the run and are gone (folded twins)."""
         self.db, self.handler, self.consolidator, self.http = db, handler, consolidator, http
         self.retention = RetentionJob(
             db, Metrics(), Horizons(ledger=timedelta(days=30), deleted_history=timedelta(days=365))
         )
         self.model, self.clock, self.events = llm, clock, events
         self.step_length = YEAR / events
-        ever_seen: set[int] = set()
+        ever_seen = set(retired or ())
         self.users = [
             SimUser(
                 u,
@@ -120,9 +139,11 @@ class Simulation:
             for i, u in enumerate(users)
         ]
         self.tally = Tally()
+        self.model.meanwhile = self._delete_while_answering
 
     async def run(self) -> Tally:
         for user in self.users:
+            await user.watch.start()
             response = await self.http.patch(
                 "/api/v1/memory/settings", json={"autoCaptureEnabled": True}, headers=self._auth(user)
             )
@@ -136,6 +157,8 @@ class Simulation:
                 await self._retention()
         for user in self.users:
             self.tally.duplicates += _duplicates(await user.watch.step("user", full=True))
+            self.tally.facts_checked += user.watch.facts_checked
+            self.tally.facts_lost += user.watch.facts_lost
         return self.tally
 
     async def _step(self, user: SimUser, step: int) -> None:
@@ -156,7 +179,8 @@ class Simulation:
             results = await self.consolidator.run(extracted)
             self.tally.consolidations.update(r.value for r in results)
             if not all(r in SKIPPED for r in results):  # a skipped run reads and writes no memory
-                await user.watch.step("consolidation")
+                await user.watch.step("consolidation", user_deleted=frozenset(user.deleted_meanwhile))
+                user.deleted_meanwhile.clear()
         self.tally.steps_checked += 1
         month = int((self.clock.now() - START) / YEAR * 12)
         self.tally.pool_by_month.setdefault(month, []).append(sum(r.active for r in user.watch.rows.values()))
@@ -173,14 +197,45 @@ class Simulation:
         for user in self.users:
             await user.watch.after_retention()
 
+    async def _delete_while_answering(self, user_id: int, messages: list[dict[str, str]]) -> None:
+        """The user deletes a row the model was shown, preferring one of a fact stated twice: the
+        consolidation must not then drop the fact's other row as redundant."""
+        user = next(u for u in self.users if u.user_id == user_id)
+        if user.rng.random() >= IN_FLIGHT_DELETE:
+            return
+        data = json.loads(messages[-1]["content"])
+        shown = {m["content"] for m in data["memories"]}
+        rows = [
+            r
+            for r in user.watch.rows.values()
+            if r.active and r.machine and r.content in shown and r.group == _group_of(data["group"])
+        ]
+        if not rows:
+            return
+        by_fact: dict[object, list[Row]] = {}
+        for row in rows:
+            by_fact.setdefault(fact_key(row), []).append(row)
+        twice = [r for same in by_fact.values() if len(same) > 1 for r in same]
+        target = user.rng.choice(twice or rows)
+        response = await self.http.delete(f"/api/v1/memory/{target.id}", headers=self._auth(user))
+        assert response.status_code == 200, response.text
+        user.deleted_meanwhile.add(target.id)
+        self.tally.user_ops["delete while consolidating 200"] += 1
+
     def _event(self, user: SimUser) -> tuple[TaskFinishedEvent, str | None]:
-        user.session += 1
         rng = user.rng
+        user.events += 1
         # A few facts come up again and again, most only now and then: a skewed draw.
-        facts = sorted({int(user.facts * rng.random() ** 2) for _ in range(rng.choice([1, 1, 2, 3]))})
-        project_key = rng.choice(PROJECTS)
+        drawn = {int(user.facts * rng.random() ** 2) for _ in range(rng.choice([1, 1, 2, 3]))}
+        if user.session == 0 or rng.random() < NEW_SESSION:
+            user.session += 1
+            user.project = rng.choice(PROJECTS)
+            user.topic = sorted(drawn)
+        else:  # a later turn of the session: its project, part of its topic, and something new
+            user.topic = sorted({*user.topic[:2], *drawn})[:3]
+        facts, project_key = user.topic, user.project
         payload: dict[str, Any] = {
-            "eventId": f"sim-{user.user_id}-{user.session}",
+            "eventId": f"sim-{user.user_id}-{user.events}",
             "occurredAt": self.clock.now().isoformat() + "Z",
             "sessionId": user.user_id * 100_000 + user.session,
             "userId": user.user_id,
@@ -225,6 +280,11 @@ class Simulation:
     @staticmethod
     def _auth(user: SimUser) -> dict[str, str]:
         return bearer(token(user.user_id))
+
+
+def _group_of(name: str) -> Group:
+    """The group a consolidation prompt names: "user" or "project KEY"."""
+    return USER_GROUP if name == "user" else Group(Scope.PROJECT, name.removeprefix("project "))
 
 
 def _duplicates(rows: dict[int, Row]) -> int:

@@ -49,7 +49,7 @@ def conversation(user: int, facts: list[int]) -> str:
     return f"用户{user}本轮确认:{mentioned}。请长期记住这些偏好和项目约定。"
 
 
-def _fact_of(content: str) -> tuple[int, int] | None:
+def fact_of(content: str) -> tuple[int, int] | None:
     match = FACT.search(unicodedata.normalize("NFKC", content))
     return (int(match.group(1)), int(match.group(2))) if match else None
 
@@ -77,10 +77,10 @@ class SimModel:
         user = int(user_match.group(1))
         shown: dict[int, list[tuple[int, str]]] = defaultdict(list)
         for entry in data["existing"]:
-            parsed = _fact_of(entry["content"])
+            parsed = fact_of(entry["content"])
             if parsed:
                 shown[parsed[1]].append((entry["id"], entry["content"]))
-        dismissed = {p[1] for p in map(_fact_of, data["dismissed"]) if p}
+        dismissed = {p[1] for p in map(fact_of, data["dismissed"]) if p}
         items = [
             item
             for fact in map(int, MENTION.findall(data["conversation"]["user"]))
@@ -140,7 +140,7 @@ class SimModel:
             return "这些记忆看起来都很好。"
         by_fact: dict[tuple[int, int], list[int]] = defaultdict(list)
         for memory in data["memories"]:
-            parsed = _fact_of(memory["content"])
+            parsed = fact_of(memory["content"])
             if parsed:
                 by_fact[parsed].append(memory["id"])
         ops: list[dict[str, Any]] = []
@@ -151,8 +151,8 @@ class SimModel:
             if roll < 0.7:
                 content = wording(user, fact, rng.randrange(len(STYLES)), complete=rng.random() < 0.3)
                 ops.append({"op": "merge", "sourceIds": ids, "content": content})
-            elif roll < 0.9:
-                ops.append({"op": "keep", "sourceIds": ids[:1]})
+            elif roll < 0.9:  # the kept row named, or kept by not being mentioned
+                ops += [{"op": "keep", "sourceIds": ids[:1]}] if roll < 0.8 else []
                 ops.append({"op": "drop", "sourceIds": ids[1:]})
         if rng.random() < 0.03:
             ops.append({"op": "drop", "sourceIds": [len(data["memories"]) + 5]})  # an id it was not shown

@@ -1,4 +1,5 @@
-"""The invariant checker fails when any single rule is broken, and passes a step that keeps them all."""
+"""The invariant checkers fail when any single rule is broken, and pass a step (or an upgrade) that
+keeps them all."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 
 from service.core import normalize
+from service.core.model import Scope
 from tests.simulation.checker import (
     Actor,
     Offered,
@@ -18,8 +20,10 @@ from tests.simulation.checker import (
     Violation,
     check_after_retention,
     check_step,
+    lost_facts,
 )
 from tests.simulation.conftest import Simulate
+from tests.simulation.twins import KINDS, TwinRow, _old_hash, check_twins, twin_sets
 
 T0 = datetime(2027, 3, 1, 12, 0)
 T1 = T0 + timedelta(hours=5)
@@ -117,11 +121,10 @@ def test_a_user_dismissal_revived_by_the_machine_is_caught() -> None:
 
 
 def test_an_active_row_deleted_without_a_merge_or_drop_is_caught() -> None:
-    gone = row(4, "会消失的事实")
+    gone, twin = row(4, "用户7的事实5:会消失的说法"), row(5, "用户7的事实5:留下的说法")
     assert any("row 4 deleted by extraction" in p for p in check([gone], [], [entry(4, "delete", "auto")]))
-    assert (
-        check([gone], [], [entry(4, "drop", "consolidator", old="会消失的事实")], actor="consolidation") == []
-    )
+    dropped = [entry(4, "drop", "consolidator", old=gone.content)]
+    assert check([gone, twin], [twin], dropped, actor="consolidation") == []
 
 
 def test_a_new_fact_that_does_not_get_in_while_there_is_room_is_caught() -> None:
@@ -174,3 +177,93 @@ def test_a_fold_that_lost_a_touch_or_its_last_time_is_caught() -> None:
 def test_a_trail_removed_under_a_live_memory_is_caught() -> None:
     rows = {1: row(1, "报告用中文写", updated_at=T1)}
     assert check_after_retention(rows, [], Counter({1: 3})) != []
+
+
+def test_a_consolidation_that_leaves_a_fact_unstated_is_caught_unless_the_user_deleted_it() -> None:
+    kept, dropped = row(1, "用户7的事实3:报告用中文"), row(2, "用户7的事实3:中文写报告")
+    other = row(3, "用户7的事实4:周末不开会")
+    drop = [entry(2, "drop", "consolidator", old=dropped.content)]
+    user_delete = entry(1, "delete", "user", old=kept.content)
+    problems = check([kept, dropped, other], [other], [user_delete, *drop], actor="consolidation")
+    assert any("row 1 deleted by consolidation" in p for p in problems)  # not known to be the user's
+    lost = check_step(
+        "consolidation",
+        {r.id: r for r in (kept, dropped, other)},
+        {3: other},
+        [user_delete, *drop],
+        {1, 2, 3},
+        history_of([kept, dropped, other]),
+        user_deleted=frozenset({1}),
+    )
+    assert lost == ["fact ('USER', '', (7, 3)) lost: no ACTIVE row states it"]
+    assert lost_facts({1: kept, 2: dropped}, {}, frozenset({1, 2})) == []  # the user deleted both
+    merged = row(4, "用户7的事实3:报告一律用中文", "CONSOLIDATED", updated_at=T1)
+    assert lost_facts({1: kept, 2: dropped}, {4: merged}, frozenset()) == []  # new words, same fact
+
+
+def test_every_twin_set_is_one_identity_under_distinct_revision_0001_hashes() -> None:
+    sets = list(twin_sets(7))
+    for rows in sets:
+        assert len({normalize.identity(r.content) for r in rows}) == 1
+        assert len({_old_hash(r) for r in rows}) == len(rows)
+    pairs = {(a.source, a.state, b.source, b.state) for a, b, *_ in sets}
+    assert len(pairs) == len(KINDS) ** 2  # every kind before and after every other
+
+
+def twin(id: int, kind: tuple[str, str, str | None], hours: int) -> TwinRow:
+    created = T0 + timedelta(hours=hours)
+    updated = created + timedelta(minutes=30) if kind[1] == "DISMISSED" else created
+    return TwinRow(id, 7, "USER", "", f"事实{id}", *kind, created, updated)
+
+
+def migrated(kept: TwinRow, state: tuple[str, str | None] | None = None) -> dict[int, dict[str, Any]]:
+    status, why = state or kept.state
+    digest = normalize.dedup_hash(Scope.USER, "", kept.content)
+    return {
+        kept.id: {
+            "content": kept.content,
+            "source": kept.source,
+            "status": status,
+            "dismissed_by": why,
+            "dedup_hash": digest,
+        }
+    }
+
+
+AUTO, MANUAL = ("AUTO", "ACTIVE", None), ("MANUAL", "ACTIVE", None)
+REJECTED, DEMOTED = ("AUTO", "DISMISSED", "USER"), ("AUTO", "DISMISSED", "CAPACITY")
+
+
+def merges(*rows: TwinRow) -> list[dict[str, Any]]:
+    return [{"memory_id": r.id, "action": "merge", "old_content": r.content} for r in rows]
+
+
+def test_an_upgrade_that_keeps_the_precedence_passes() -> None:
+    older, newer = twin(1, AUTO, 0), twin(2, MANUAL, 1)
+    assert check_twins([[older, newer]], migrated(newer), merges(older)) == []
+    rejected, written_later = twin(3, REJECTED, 0), twin(4, MANUAL, 1)  # the user's newer word wins
+    assert check_twins([[rejected, written_later]], migrated(written_later), merges(rejected)) == []
+    demoted, active = twin(5, DEMOTED, 0), twin(6, AUTO, 1)
+    restored = [{"memory_id": 5, "action": "restore", "old_content": demoted.content}, *merges(active)]
+    assert check_twins([[demoted, active]], migrated(demoted, ("ACTIVE", None)), restored) == []
+
+
+def test_an_upgrade_that_breaks_the_precedence_is_caught() -> None:
+    auto, manual = twin(1, AUTO, 0), twin(2, MANUAL, 1)
+    [deleted_manual] = check_twins([[auto, manual]], migrated(auto), merges(manual))
+    assert "MANUAL [2] deleted" in deleted_manual
+    written, rejected = twin(3, MANUAL, 0), twin(4, REJECTED, 1)  # dismissed after the MANUAL row
+    [lost_dismissal] = check_twins([[written, rejected]], migrated(written), merges(rejected))
+    assert "the precedence says ('DISMISSED', 'USER')" in lost_dismissal
+    demoted, active = twin(5, DEMOTED, 0), twin(6, AUTO, 1)
+    [lost_active] = check_twins([[demoted, active]], migrated(demoted), merges(active))
+    assert "the precedence says ('ACTIVE', None)" in lost_active
+    first, second = twin(7, AUTO, 0), twin(8, AUTO, 1)
+    assert check_twins([[first, second]], migrated(second), merges(first)) == [
+        "twins [7, 8]: 8 survives, not the oldest"
+    ]
+    assert check_twins([[first, second]], migrated(first), []) == [
+        "twins [7, 8]: folding 8 left no merge in the history"
+    ]
+    both = migrated(first) | migrated(second)
+    assert check_twins([[first, second]], both, []) == ["twins [7, 8]: 2 rows survive, not one"]

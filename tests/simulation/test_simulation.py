@@ -8,7 +8,6 @@ dialect, and `python -m tests.simulation.report` writes tests/simulation/REPORT.
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -16,11 +15,9 @@ from typing import Any
 import pytest
 
 from service.adapters.llm_client import import_litellm
-from tests.simulation.conftest import MODEL, Stack
+from tests.simulation.conftest import EVENTS, MODEL, USERS, Stack
 from tests.simulation.driver import Tally
 
-USERS = int(os.environ.get("MEMORY_SIM_USERS", "1"))
-EVENTS = int(os.environ.get("MEMORY_SIM_EVENTS", "300"))
 OUTPUT = Path("tests/output")
 RESULTS: dict[str, dict[str, Any]] = {}
 
@@ -30,10 +27,13 @@ async def test_a_simulated_year_keeps_every_invariant(
     stack: Stack, user_id: int, request: pytest.FixtureRequest
 ) -> None:
     users = [user_id + i for i in range(USERS)]
+    if stack.twins is not None:  # the precedence of migration 0002, before the year starts
+        assert stack.twins.problems == [], "\n".join(stack.twins.problems)
     started = time.perf_counter()
     tally = await stack.simulation(users, EVENTS).run()
 
     assert tally.duplicates == 0
+    assert tally.facts_lost == 0
     assert tally.steps_checked == USERS * EVENTS
     assert tally.outcomes["extracted"] > EVENTS * USERS * 0.8
     dialect = request.node.callspec.params["stack"]
@@ -78,6 +78,10 @@ def _summary(tally: Tally, stack: Stack, elapsed: float) -> dict[str, Any]:
             metrics.get_sample_value("mao_memory_consolidated_rows_total", {"op": "dropped"}) or 0
         ),
         "user_ops": dict(tally.user_ops),
+        "twins": f"{len(stack.twins.sets)} / {stack.twins.folded}" if stack.twins else "-",
+        "abandoned_stale": tally.consolidations["abandoned_stale"],
+        "facts_checked": tally.facts_checked,
+        "facts_lost": tally.facts_lost,
         "retention": dict(tally.retention),
         "largest_prompt_tokens": round(sum(tokens) / len(tokens)) if tokens else None,
         "largest_prompt_shown": f"{min(shown)}-{max(shown)}" if shown else None,
