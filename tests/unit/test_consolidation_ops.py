@@ -117,7 +117,8 @@ def test_a_merge_folds_into_an_active_row_that_already_says_it() -> None:
 def test_a_merge_into_a_demoted_row_restores_it_and_into_a_rejected_one_abandons() -> None:
     plan = ConsolidationPlan(merges=[Merge((1, 2), "报告一律用中文写")])
     demoted = row(9, "报告一律用中文写", status=Status.DISMISSED, dismissed_by=DismissedBy.CAPACITY)
-    assert decided(plan, [*SHOWN.values(), demoted])[0] == RestoreMerged(9, "报告一律用中文写")
+    restored = decided(plan, [*SHOWN.values(), demoted])
+    assert isinstance(restored, list) and restored[0] == RestoreMerged(9, "报告一律用中文写")
     for rejected in (
         replace(demoted, dismissed_by=DismissedBy.USER),
         replace(demoted, source=Source.MANUAL),
