@@ -194,6 +194,7 @@ class Metrics:
                 "unavailable",
                 "invalid_json",
                 "too_many_items",
+                "truncated",
             ):
                 self.llm_calls.labels(purpose, result)
             self.llm_latency.labels(purpose)

@@ -136,7 +136,9 @@ class Consolidator:
         messages, aliases = build_consolidation_messages(group, rows, wrapped)
         try:
             # Never waits for a closed breaker: an outage makes this run fail and back off instead.
-            answer = await self._llm.complete("consolidation", model, messages, self._shape, wait=False)
+            answer = await self._llm.complete(
+                "consolidation", model, messages, self._shape, wait=False, caller=("consolidation", user)
+            )
         except LlmError as exc:
             log.warning("consolidation_llm_failed", user_id=user, group=str(group), error=str(exc))
             return RunResult.ABANDONED_ERROR, False

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
@@ -60,7 +60,14 @@ class Llm(Protocol):
     def mode(self, model: str) -> StructuredOutput: ...
 
     async def complete(
-        self, purpose: str, model: str, messages: list[dict[str, str]], shape: AnswerShape, wait: bool = True
+        self,
+        purpose: str,
+        model: str,
+        messages: list[dict[str, str]],
+        shape: AnswerShape,
+        wait: bool = True,
+        *,
+        caller: Hashable | None = None,
     ) -> LlmAnswer: ...
 
 
@@ -174,24 +181,23 @@ class ExtractionHandler:
         )
         try:
             async with self._slots.model:
-                answer = await self._llm.complete("extraction", model, messages, self._shape)
+                answer = await self._llm.complete(
+                    "extraction", model, messages, self._shape, caller=event.event_id
+                )
         except LlmError as exc:
             log.warning("extraction_llm_failed", event_id=event.event_id, kind=exc.kind, error=exc.detail)
             if exc.retryable:
                 raise ModelUnavailable(exc.kind, exc.detail) from exc
             raise ModelRejected(exc.detail) from exc
 
-        parsed = parse_extraction_answer(answer.text)
-        result = parsed.value if isinstance(parsed, AnswerError) else "ok"
+        usable, result = _read_answer(answer)
         self._metrics.llm_calls.labels("extraction", result).inc()
-        if isinstance(parsed, AnswerError):
-            log.info("extraction_answer_dropped", event_id=event.event_id, reason=parsed.value)
-        plan = await self._persist(
-            event, project_key, model, existing, parsed if isinstance(parsed, ParsedAnswer) else None
-        )
+        if usable is None:
+            log.info("extraction_answer_dropped", event_id=event.event_id, reason=result)
+        plan = await self._persist(event, project_key, model, existing, usable)
         if plan is None:
             return Outcome.SKIPPED_DUPLICATE_EVENT, None
-        if isinstance(parsed, AnswerError):
+        if usable is None:
             return Outcome.FAILED, None  # the model answered, but nothing usable: finished without memory
         return Outcome.EXTRACTED, Extracted(event.user_id, project_key, model, plan.added, plan.active_after)
 
@@ -275,3 +281,14 @@ class ExtractionHandler:
                 await uow.memories.set_status(user, row_id, Status.DISMISSED, now, DismissedBy.CAPACITY)
                 entry = replace(trace, action="demote", old_content=op.content)
             await uow.memories.record(user, row_id, entry, now)
+
+
+def _read_answer(answer: LlmAnswer) -> tuple[ParsedAnswer | None, str]:
+    """The parsed answer and its `llm_calls` result label; None when unusable. An answer cut at the
+    token cap is its own result: its JSON is incomplete, and asking again would cut it again."""
+    if answer.truncated:
+        return None, "truncated"
+    parsed = parse_extraction_answer(answer.text)
+    if isinstance(parsed, AnswerError):
+        return None, parsed.value
+    return parsed, "ok"

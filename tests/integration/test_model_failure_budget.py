@@ -1,0 +1,117 @@
+"""An event the model always fails on goes to the DLQ as `model_failed`; an outage sends nothing there.
+
+The real processor, handler and litellm client against the scripted model: one session's prompt
+always times out while other sessions are answered, or every call fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from aiokafka import ConsumerRecord
+
+from service.adapters.circuit_breaker import BreakerState, CircuitBreaker
+from service.adapters.db.database import Database
+from service.adapters.llm_client import LlmClient
+from service.adapters.metrics import Metrics
+from service.app.extraction import Outcome
+from service.entrypoints.consumer import EventProcessor, receive
+from tests.conftest import event_payload, said
+from tests.integration.conftest import HandlerFactory
+from tests.support.dead_letters import RecordingDeadLetters
+from tests.support.pool import ledger, set_capture
+from tests.support.scripted_llm import ScriptedLlm
+
+
+def record(payload: dict[str, Any], offset: int) -> ConsumerRecord[bytes, bytes]:
+    raw = json.dumps(payload).encode()
+    return ConsumerRecord(
+        "t", 0, offset, 0, 0, str(payload["sessionId"]).encode(), raw, None, 1, len(raw), []
+    )
+
+
+@pytest.fixture
+async def client(llm_server: ScriptedLlm) -> AsyncIterator[tuple[LlmClient, CircuitBreaker]]:
+    metrics = Metrics()
+    breaker = CircuitBreaker(threshold=3, open_s=0.2, max_open_s=1)
+    llm = LlmClient(
+        metrics, llm_server.api_base, "k", timeout_s=0.3, max_retries=1, retry_base_s=0.01, breaker=breaker
+    )
+    yield llm, breaker
+    await llm.stop()
+
+
+def processor_of(
+    db: Database, make_handler: HandlerFactory, llm: LlmClient, dead: RecordingDeadLetters, metrics: Metrics
+) -> EventProcessor:
+    return EventProcessor(
+        make_handler(db, llm=llm),
+        dead,  # type: ignore[arg-type]
+        metrics,
+        model_successes=lambda: llm.successes,
+        event_failures=3,
+    )
+
+
+async def test_an_event_the_model_always_times_out_on_is_dead_lettered_while_others_go_on(
+    mysql_db: Database,
+    make_handler: HandlerFactory,
+    llm: ScriptedLlm,
+    client: tuple[LlmClient, CircuitBreaker],
+    user_id: int,
+) -> None:
+    model, breaker = client
+    await set_capture(mysql_db, user_id)
+    llm.script(f"slow{user_id}", delay_s=2.0)  # beyond the 0.3 s timeout, every time
+    llm.script(f"ok{user_id}", [{"type": "user", "content": "其他会话照常记住"}])
+    dead, metrics = RecordingDeadLetters(), Metrics()
+    processor = processor_of(mysql_db, make_handler, model, dead, metrics)
+    poison = event_payload(user_id, 1, lastUserMessage=said(f"slow{user_id}"))
+
+    async def healthy_stream() -> None:
+        for n in range(40):
+            payload = event_payload(user_id, 100 + n, lastUserMessage=said(f"ok{user_id}"))
+            await processor(receive(record(payload, 100 + n)))
+            await asyncio.sleep(0.05)
+
+    stream = asyncio.create_task(healthy_stream())
+    await asyncio.wait_for(processor(receive(record(poison, 1))), timeout=60)
+    stream.cancel()
+
+    assert dead.reasons() == ["model_failed"]
+    [(_value, _key, headers)] = dead.published
+    assert dict(headers)["x-dlq-error"] == b"timeout"
+    assert len(llm.calls(f"slow{user_id}")) == 3  # three counted failures, no retry within a timeout
+    assert metrics.events.labels(Outcome.DEAD_LETTERED.value)._value.get() == 1
+    assert await ledger(mysql_db, poison["eventId"]) == []
+    assert breaker.state is BreakerState.CLOSED
+
+
+async def test_during_an_outage_nothing_is_dead_lettered_and_the_breaker_opens(
+    mysql_db: Database,
+    make_handler: HandlerFactory,
+    llm: ScriptedLlm,
+    client: tuple[LlmClient, CircuitBreaker],
+    user_id: int,
+) -> None:
+    model, breaker = client
+    await set_capture(mysql_db, user_id)
+    llm.script(f"down{user_id}", status=503)
+    dead, metrics = RecordingDeadLetters(), Metrics()
+    processor = processor_of(mysql_db, make_handler, model, dead, metrics)
+    events = [event_payload(user_id, n, lastUserMessage=said(f"down{user_id}")) for n in range(1, 5)]
+
+    tasks = [asyncio.create_task(processor(receive(record(e, n)))) for n, e in enumerate(events)]
+    await asyncio.sleep(4)
+    opened = metrics.events.labels(Outcome.DEAD_LETTERED.value)._value.get()
+    for task in tasks:
+        assert not task.done()  # still waiting for the model
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+    assert dead.published == [] and opened == 0
+    assert breaker.state is not BreakerState.CLOSED
