@@ -1,10 +1,17 @@
 """One circuit breaker for the process's model calls: an outage costs one probe, not one call per event.
 
-Consecutive retryable failures across sessions open it. While it is open no call goes out: callers
-that can wait (extractions) wait, the others are told at once (consolidation). After `open_s` one
-probe goes through at a time; its success closes the breaker and lets everyone through, its failure
-opens it again for twice as long (up to `max_open_s`). The library breakers at hand fail calls
-while open instead of holding them, which would turn an outage into lost or dead-lettered events.
+It opens when `threshold` different callers (events, consolidation runs) have failed with no success
+in between: a real outage fails every caller, while one event the model always fails on stays one
+caller however often it is retried. While it is open no call goes out: callers that can wait
+(extractions) wait, the others are told at once (consolidation). After `open_s` one probe goes
+through; its success closes the breaker, its failure opens it again for twice as long (up to
+`max_open_s`).
+
+Every admitted call holds a ticket naming the period it was admitted in. Only results of the
+current period count: a call admitted before the breaker opened that fails late is not taken for
+the probe's failure, and only the probe's own result ends the half-open state. The library breakers
+at hand fail calls while open instead of holding them, which would turn an outage into lost or
+dead-lettered events.
 """
 
 from __future__ import annotations
@@ -12,7 +19,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
 from enum import IntEnum
 
 
@@ -22,6 +30,14 @@ class BreakerState(IntEnum):
     CLOSED = 0
     HALF_OPEN = 1
     OPEN = 2
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Ticket:
+    """One admitted call; compared by identity."""
+
+    period: int
+    probe: bool
 
 
 class CircuitBreaker:
@@ -40,54 +56,72 @@ class CircuitBreaker:
         self._on_change = on_change
         self._monotonic = monotonic
         self._state = BreakerState.CLOSED
-        self._failures = 0
+        self._period = 0  # advances whenever the breaker opens or closes
+        self._failing: set[Hashable] = set()  # callers failed since the last success
         self._opened_at = 0.0
-        self._probing = False
+        self._probe: Ticket | None = None
         self._changed = asyncio.Condition()
 
     @property
     def state(self) -> BreakerState:
         return self._state
 
-    async def admit(self, wait: bool = True) -> bool:
-        """True when a call may go out now; False (only with `wait=False`) when it may not."""
+    async def admit(self, wait: bool = True) -> Ticket | None:
+        """A ticket when a call may go out now; None (only with `wait=False`) when it may not."""
         while True:
             if self._state is BreakerState.CLOSED:
-                return True
+                return Ticket(self._period, probe=False)
             remaining = self._opened_at + self._open_s - self._monotonic()
-            if remaining <= 0 and not self._probing:
-                self._probing = True
+            if remaining <= 0 and self._probe is None:
+                self._probe = Ticket(self._period, probe=True)
                 self._set(BreakerState.HALF_OPEN)
-                return True
+                return self._probe
             if not wait:
-                return False
+                return None
             async with self._changed:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._changed.wait(), timeout=max(remaining, 0.05))
 
-    def succeeded(self) -> None:
-        """The provider answered (an unusable or rejected answer is still an answer)."""
-        self._failures = 0
-        self._probing = False
-        self._open_s = self._base_open_s
-        self._set(BreakerState.CLOSED)
+    def succeeded(self, ticket: Ticket) -> None:
+        """The provider answered (a rejected answer is still an answer)."""
+        if ticket is self._probe:
+            self._probe = None
+            self._open_s = self._base_open_s
+            self._close()
+        elif self._current(ticket):
+            self._failing.clear()
 
-    def failed(self) -> None:
-        """A retryable failure: a timeout, 429, 5xx or a refused connection."""
-        self._failures += 1
-        probe_failed = self._probing
-        self._probing = False
-        if probe_failed:
+    def failed(self, ticket: Ticket, caller: Hashable | None = None) -> None:
+        """A failure that is not a rejection. `caller` names who made the call (None: a caller of
+        its own); only different callers add up to an outage."""
+        if ticket is self._probe:
+            self._probe = None
             self._open_s = min(self._open_s * 2, self._max_open_s)
-        if probe_failed or (self._state is BreakerState.CLOSED and self._failures >= self._threshold):
-            self._opened_at = self._monotonic()
+            self._open()
+        elif self._current(ticket):
+            self._failing.add(object() if caller is None else caller)
+            if len(self._failing) >= self._threshold:
+                self._open()
+
+    def abandoned(self, ticket: Ticket) -> None:
+        """The call was cancelled before a verdict: free the probe slot, judge nothing."""
+        if ticket is self._probe:
+            self._probe = None
             self._set(BreakerState.OPEN)
 
-    def abandoned(self) -> None:
-        """The call was cancelled before a verdict: free the probe slot, judge nothing."""
-        if self._probing:
-            self._probing = False
-            self._set(BreakerState.OPEN)
+    def _current(self, ticket: Ticket) -> bool:
+        return self._state is BreakerState.CLOSED and ticket.period == self._period
+
+    def _open(self) -> None:
+        self._period += 1
+        self._failing.clear()
+        self._opened_at = self._monotonic()
+        self._set(BreakerState.OPEN)
+
+    def _close(self) -> None:
+        self._period += 1
+        self._failing.clear()
+        self._set(BreakerState.CLOSED)
 
     def _set(self, state: BreakerState) -> None:
         if state is self._state:

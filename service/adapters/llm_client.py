@@ -1,13 +1,13 @@
 """The model call through litellm: one timeout, our own bounded retries, structured output, metrics.
 
 OpenAI's chat format (OpenAI and every OpenAI-compatible server) goes out on one shared aiohttp
-session with requests litellm builds (`litellm_requests`); other providers go through
-`litellm.acompletion`, which translates their wire formats. Either way litellm resolves the model.
+session with requests litellm builds (`litellm_requests`); other providers, and configurations that
+path does not reproduce, go through `litellm.acompletion`. Either way litellm resolves the model and
+maps its parameters.
 
 litellm's built-in retries multiply the timeout, so they are off (`num_retries=0`) and retries
-happen here: only on 429, 5xx and refused connections, with back-off that honours Retry-After.
-A failure is classed for the caller: retryable (an outage: the event waits and is tried again) or
-rejected (a 4xx other than 429: a setting to fix, the event goes to the dead-letter topic).
+happen here, only for failures that look like an outage. Every failure is classed for the caller
+(`llm_failures`): OUTAGE, EVENT or REJECTED; the circuit breaker counts failures by caller.
 """
 
 from __future__ import annotations
@@ -16,18 +16,29 @@ import asyncio
 import os
 import random
 import time
+from collections.abc import Hashable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 import aiohttp
-import orjson
 
 from service.adapters.circuit_breaker import CircuitBreaker
-from service.adapters.litellm_requests import ChatEndpoint, chat_endpoint
+from service.adapters.litellm_requests import (
+    ChatEndpoint,
+    Reply,
+    chat_endpoint,
+    model_params,
+    read_completion,
+    read_model_response,
+)
+from service.adapters.llm_failures import FailureClass, LlmError, ProviderHttpError, classify, unusable
 from service.adapters.metrics import Metrics
 
-MAX_RETRY_AFTER_S = 30.0
+__all__ = ["AnswerShape", "FailureClass", "LlmAnswer", "LlmClient", "LlmError", "StructuredOutput"]
+
+# Room for a reasoning model's hidden reasoning on top of the answer cap (`MEMORY_LLM_REASONING_TOKENS`).
+DEFAULT_REASONING_TOKENS = 4096
 
 
 class StructuredOutput(StrEnum):
@@ -46,30 +57,13 @@ _WEAKER = {
 }
 
 
-class LlmError(Exception):
-    """The call produced no answer. `kind` is the metric label: timeout, error, rejected, unavailable."""
-
-    def __init__(self, kind: str, detail: str, retryable: bool, status: int | None = None) -> None:
-        super().__init__(f"{kind}: {detail}")
-        self.kind = kind
-        self.detail = detail
-        self.retryable = retryable
-        self.status = status
-
-
-class ProviderHttpError(Exception):
-    """A non-2xx answer on the shared session, shaped like litellm's errors for `_classify`."""
-
-    def __init__(self, status: int, body: str, headers: Any) -> None:
-        super().__init__(body)
-        self.status_code = status
-        self.headers = headers
-
-
 @dataclass(frozen=True, slots=True)
 class LlmAnswer:
+    """`truncated`: the answer hit the token cap (`finish_reason` "length"), so it is cut short."""
+
     text: str
     model: str
+    truncated: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,10 +73,6 @@ class AnswerShape:
     name: str
     schema: dict[str, Any]
     max_tokens: int
-
-
-# The answer's text (None: no message in it) and its (prompt, completion) token counts, if reported.
-_Result = tuple[str | None, tuple[int, int] | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +105,8 @@ class LlmClient:
         breaker: CircuitBreaker | None = None,
         structured_output: StructuredOutput = StructuredOutput.AUTO,
         max_connections: int = 64,
+        reasoning_effort: str | None = None,
+        reasoning_tokens: int = DEFAULT_REASONING_TOKENS,
     ) -> None:
         self._litellm = import_litellm()
         self._metrics = metrics
@@ -126,15 +118,26 @@ class LlmClient:
         self._retry_base_s = retry_base_s
         self._breaker = breaker or CircuitBreaker(threshold=5, open_s=5, max_open_s=60)
         self._configured = structured_output
+        self._effort = reasoning_effort
+        self._reasoning_tokens = reasoning_tokens
         self._modes: dict[str, StructuredOutput] = {}  # per model, for the process's life
         self._confirmed: set[tuple[str, StructuredOutput]] = set()
-        # Resolved once per model / per (model, mode, token cap) / per model: litellm's work is not
-        # repeated on every call.
+        # Resolved once per model / per (model, token cap) / per (model, mode, token cap) / per
+        # model: litellm's work is not repeated on every call.
         self._endpoints: dict[str, ChatEndpoint | None] = {}
+        self._model_params: dict[tuple[str, int], dict[str, Any]] = {}
         self._params: dict[tuple[str, StructuredOutput, int], dict[str, Any]] = {}
         self._prices: dict[str, tuple[float, float] | None] = {}
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
+        self._successes = 0
+
+    @property
+    def successes(self) -> int:
+        """Calls that returned an answer (truncated ones included), counted since start. A rejection
+        or an unusable 2xx is not one: a provider answering every event with garbage must not make
+        each event look like the only one failing."""
+        return self._successes
 
     async def stop(self) -> None:
         """Close the shared HTTP session (at shutdown)."""
@@ -153,65 +156,74 @@ class LlmClient:
         return self._modes[model]
 
     async def complete(
-        self, purpose: str, model: str, messages: list[dict[str, str]], shape: AnswerShape, wait: bool = True
+        self,
+        purpose: str,
+        model: str,
+        messages: list[dict[str, str]],
+        shape: AnswerShape,
+        wait: bool = True,
+        *,
+        caller: Hashable | None = None,
     ) -> LlmAnswer:
-        """One answer, or LlmError. While the breaker is open, waits (or, with `wait=False`, fails)."""
-        if not await self._breaker.admit(wait):
+        """One answer, or LlmError. While the breaker is open, waits (or, with `wait=False`, fails).
+        `caller` names who asks (an event id, a consolidation run): the breaker opens only when
+        different callers fail."""
+        ticket = await self._breaker.admit(wait)
+        if ticket is None:
             self._metrics.llm_calls.labels(purpose, "unavailable").inc()
-            raise LlmError("unavailable", "the model's circuit breaker is open", retryable=True)
+            raise LlmError("unavailable", "the model's circuit breaker is open", FailureClass.OUTAGE)
         try:
             answer = await self._with_fallback(_Call(purpose, model, messages, shape))
         except LlmError as exc:
             if exc.retryable:
-                self._breaker.failed()
+                self._breaker.failed(ticket, caller)
             else:
-                self._breaker.succeeded()  # the provider answered; the request was wrong
+                self._breaker.succeeded(ticket)  # the provider answered; the request was wrong
             raise
         except BaseException:
-            self._breaker.abandoned()
+            self._breaker.abandoned(ticket)
             raise
-        self._breaker.succeeded()
+        self._successes += 1
+        self._breaker.succeeded(ticket)
         return answer
 
     async def _with_fallback(self, call: _Call) -> LlmAnswer:
-        """A provider that refuses a structured-output mode is found out on the model's first calls:
-        a 4xx (or, for a JSON schema, a 5xx) to a mode not yet answered moves to the weaker mode at
-        once, without the retries, and the weaker mode is kept for the model if it is answered."""
+        """A mode the provider refuses (a 4xx, or a 5xx that outlasts the retries) before it ever
+        answered that mode moves to the weaker one, and the weaker mode is kept only if answered."""
         model = call.model
         mode = self.mode(model)
+        tried: list[StructuredOutput] = []
         while True:
-            confirmed = (model, mode) in self._confirmed
             try:
-                answer = await self._with_retries(call, mode, confirmed)
+                answer = await self._with_retries(call, mode)
                 break
             except LlmError as exc:
                 weaker = _WEAKER.get(mode)
-                if confirmed or weaker is None or not _refuses_mode(mode, exc):
+                if weaker is None or (model, mode) in self._confirmed or not _refuses_mode(exc):
                     raise
-                self._metrics.llm_mode_fallbacks.labels(mode.value, weaker.value).inc()
+                tried.append(mode)
                 mode = weaker
+        for refused in tried:
+            self._metrics.llm_mode_fallbacks.labels(refused.value, _WEAKER[refused].value).inc()
         self._confirmed.add((model, mode))
         self._modes[model] = mode
         return answer
 
-    async def _with_retries(self, call: _Call, mode: StructuredOutput, confirmed: bool) -> LlmAnswer:
+    async def _with_retries(self, call: _Call, mode: StructuredOutput) -> LlmAnswer:
         attempt = 0
         while True:
             try:
                 return await self._once(call, mode)
-            except LlmError:
-                raise
             except Exception as exc:
-                error = _classify(exc)
-                delay = self._retry_delay(exc, error, attempt)
-                if not confirmed and _refuses_mode(mode, error):
-                    delay = None  # find out about the mode now, not after the retries
-                if delay is None or attempt >= self._max_retries:
+                error = exc if isinstance(exc, LlmError) else classify(exc)
+                if error.failure is not FailureClass.OUTAGE or attempt >= self._max_retries:
                     self._metrics.llm_calls.labels(call.purpose, error.kind).inc()
+                    if error is exc:
+                        raise
                     raise error from exc
-                self._metrics.llm_retries.labels(call.purpose).inc()
-                attempt += 1
-                await asyncio.sleep(delay)
+            self._metrics.llm_retries.labels(call.purpose).inc()
+            await asyncio.sleep(self._retry_delay(error, attempt))
+            attempt += 1
 
     async def _once(self, call: _Call, mode: StructuredOutput) -> LlmAnswer:
         purpose, model, messages = call.purpose, call.model, call.messages
@@ -220,46 +232,45 @@ class LlmClient:
         endpoint = self._endpoint(model)
         try:
             if endpoint is None:
-                text, usage = await self._through_litellm(call, mode)
+                reply = await self._through_litellm(call, mode)
             else:
-                text, usage = await self._post(endpoint, call, mode)
+                reply = await self._post(endpoint, call, mode)
         finally:
             self._metrics.llm_latency.labels(purpose).observe(time.perf_counter() - started)
-        if usage is not None:
-            self._account(purpose, model, *usage)
-        if text is None:
-            self._metrics.llm_calls.labels(purpose, "error").inc()
-            raise LlmError("error", "answer without a message", retryable=True)
-        return LlmAnswer(text=text, model=model)
+        if reply.usage is not None:
+            self._account(purpose, model, *reply.usage)
+        if reply.text is None:
+            raise unusable(reply.problem)
+        return LlmAnswer(text=reply.text, model=model, truncated=reply.truncated)
 
     def _endpoint(self, model: str) -> ChatEndpoint | None:
         if model not in self._endpoints:
             self._endpoints[model] = chat_endpoint(self._litellm, model, self._api_base, self._api_key)
         return self._endpoints[model]
 
-    async def _post(self, endpoint: ChatEndpoint, call: _Call, mode: StructuredOutput) -> _Result:
+    def _call_params(self, call: _Call, mode: StructuredOutput) -> dict[str, Any]:
+        """The parameters both paths hand litellm: the model's (`model_params`) and the format."""
+        key = (call.model, call.shape.max_tokens)
+        if key not in self._model_params:
+            self._model_params[key] = model_params(
+                self._litellm, call.model, call.shape.max_tokens, self._effort, self._reasoning_tokens
+            )
+        fmt = response_format(mode, call.shape)
+        return self._model_params[key] | ({"response_format": fmt} if fmt is not None else {})
+
+    async def _post(self, endpoint: ChatEndpoint, call: _Call, mode: StructuredOutput) -> Reply:
         key = (call.model, mode, call.shape.max_tokens)
         params = self._params.get(key)
         if params is None:
-            fmt = response_format(mode, call.shape)
-            params = self._params[key] = endpoint.params(self._litellm, call.shape.max_tokens, fmt)
+            params = self._params[key] = endpoint.params(self._litellm, self._call_params(call, mode))
         body = endpoint.body(call.messages, params)
         async with self._http().post(endpoint.url, data=body, headers=endpoint.headers) as response:
             raw = await response.read()
-            if response.status >= 300:
+            if not 200 <= response.status < 300:
                 raise ProviderHttpError(
                     response.status, raw[:1000].decode("utf-8", "replace"), response.headers
                 )
-        try:
-            data = orjson.loads(raw)
-            usage = data.get("usage") or {}
-            counts = (int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))
-            text = data["choices"][0]["message"]["content"]
-        except (orjson.JSONDecodeError, AttributeError, KeyError, IndexError, TypeError, ValueError):
-            return None, None
-        if text is None:
-            return "", counts  # a message without content: an empty answer, as litellm gives it
-        return (text if isinstance(text, str) else None), counts
+        return read_completion(raw)
 
     def _http(self) -> aiohttp.ClientSession:
         """One session per process: keep-alive connections, at most `max_connections` of them."""
@@ -270,9 +281,7 @@ class LlmClient:
             )
         return self._session
 
-    async def _through_litellm(self, call: _Call, mode: StructuredOutput) -> _Result:
-        fmt = response_format(mode, call.shape)
-        extra = {"response_format": fmt} if fmt is not None else {}
+    async def _through_litellm(self, call: _Call, mode: StructuredOutput) -> Reply:
         response = await self._litellm.acompletion(
             model=call.model,
             messages=call.messages,
@@ -280,20 +289,9 @@ class LlmClient:
             api_key=self._api_key,
             timeout=self._timeout_s,
             num_retries=0,
-            temperature=0,
-            max_tokens=call.shape.max_tokens,
-            **extra,
+            **self._call_params(call, mode),
         )
-        usage = getattr(response, "usage", None)
-        counts = (
-            (getattr(usage, "prompt_tokens", 0) or 0, getattr(usage, "completion_tokens", 0) or 0)
-            if usage is not None
-            else None
-        )
-        try:
-            return response.choices[0].message.content or "", counts
-        except (AttributeError, IndexError, TypeError):
-            return None, counts
+        return read_model_response(response)
 
     def _account(self, purpose: str, model: str, prompt: int, completion: int) -> None:
         self._metrics.llm_tokens.labels(purpose, "prompt").inc(prompt)
@@ -315,13 +313,9 @@ class LlmClient:
                 self._prices[model] = None
         return self._prices[model]
 
-    def _retry_delay(self, exc: Exception, error: LlmError, attempt: int) -> float | None:
-        """None when retrying at once cannot help (a timeout, a 4xx other than 429, a bad request)."""
-        if not error.retryable or error.kind == "timeout":
-            return None
-        retry_after = _retry_after(exc)
-        if retry_after is not None:
-            return min(retry_after, MAX_RETRY_AFTER_S)
+    def _retry_delay(self, error: LlmError, attempt: int) -> float:
+        if error.retry_after is not None:
+            return error.retry_after
         return float(self._retry_base_s * (2**attempt) * (0.5 + random.random()))
 
 
@@ -337,36 +331,9 @@ def response_format(mode: StructuredOutput, shape: AnswerShape) -> dict[str, Any
     return {"type": "json_object"}
 
 
-def _classify(exc: BaseException) -> LlmError:
-    """Timeouts, 429, 5xx and connection errors are an outage; any other 4xx is the request's fault."""
-    name = type(exc).__name__
-    status = getattr(exc, "status_code", None)
-    status = status if isinstance(status, int) else None
-    detail = (f"HTTP {status} " if status else "") + f"{name}: {exc}"[:1000]
-    if "Timeout" in name or isinstance(exc, TimeoutError):
-        return LlmError("timeout", detail, retryable=True)
-    if status is not None and 400 <= status < 500 and status != 429:
-        return LlmError("rejected", detail, retryable=False, status=status)
-    return LlmError("error", detail, retryable=True, status=status)
-
-
-def _refuses_mode(mode: StructuredOutput, error: LlmError) -> bool:
-    """A 4xx may be the mode's fault; llama.cpp's server answers a JSON schema it cannot take with 500."""
-    if mode is StructuredOutput.OFF or error.status is None:
-        return False
-    return error.kind == "rejected" or (mode is StructuredOutput.JSON_SCHEMA and error.status >= 500)
-
-
-def _retry_after(exc: Exception) -> float | None:
-    headers: Any = (
-        getattr(exc, "headers", None)
-        or getattr(getattr(exc, "response", None), "headers", None)
-        or getattr(exc, "litellm_response_headers", None)
-    )
-    if not headers:
-        return None
-    value = headers.get("retry-after") or headers.get("Retry-After")
-    try:
-        return max(0.0, float(value)) if value is not None else None
-    except ValueError:
-        return None
+def _refuses_mode(error: LlmError) -> bool:
+    """A 4xx may be the mode's fault, and so may a 5xx that outlasted the retries (llama.cpp's
+    server answers a JSON schema it cannot take with 500); a timeout or a 429 never is."""
+    if error.failure is FailureClass.REJECTED:
+        return True
+    return error.failure is FailureClass.OUTAGE and error.status is not None and error.status >= 500
