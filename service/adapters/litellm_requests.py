@@ -1,12 +1,16 @@
-"""litellm's request building for OpenAI's chat format, without `acompletion`'s per-call machinery.
+"""litellm's request building for OpenAI's chat format, without `acompletion`'s per-call machinery,
+and the call's parameters as litellm maps them for any model.
 
 `litellm.acompletion` spends several milliseconds of CPU per call on things this service does not
 use (logging objects, cost bookkeeping, callback dispatch, a thread-pool hop). For a model that
 litellm serves with its `openai` provider (OpenAI itself and every OpenAI-compatible server named
 `openai/<model>` with an API base), the same request is built here from litellm's own pieces:
-provider routing (`get_llm_provider`), parameter mapping (`get_optional_params`), and the provider
-config's URL, headers and `transform_request`. Models of other providers (Anthropic, Bedrock,
-Vertex, Gemini, …) keep going through `acompletion`, which translates their wire formats.
+provider routing (`get_llm_provider`), parameter mapping (`get_optional_params`), the provider
+config's URL, headers and `transform_request`, and the headers the OpenAI SDK derives from the
+configuration (organization, project, `litellm.headers`). A configuration this path does not
+reproduce (no static API key, custom SDK headers, a proxy, relaxed TLS, litellm's experimental
+handler, provider config defaults) sends the model through `acompletion`, as are models of other
+providers (Anthropic, Bedrock, Vertex, Gemini, …), whose wire formats litellm translates.
 
 These are litellm interfaces outside its documented API: the version range is pinned in
 pyproject.toml and `tests/unit/test_litellm_requests.py` fails loudly when an upgrade changes them.
@@ -14,14 +18,29 @@ pyproject.toml and `tests/unit/test_litellm_requests.py` fails loudly when an up
 
 from __future__ import annotations
 
+import os
+import urllib.request
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 
 # Providers whose chat requests litellm sends through the OpenAI SDK as this module builds them.
 FAST_PROVIDERS = frozenset({"openai"})
 OPENAI_DEFAULT_BASE = "https://api.openai.com/v1"
+# The order in which a reasoning model's effort levels cost less.
+EFFORT_LEVELS = ("none", "minimal", "low", "medium", "high")
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """A 2xx read: its text (None: no usable message, `problem` says why) and token counts."""
+
+    text: str | None
+    usage: tuple[int, int] | None
+    truncated: bool = False
+    problem: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,13 +53,10 @@ class ChatEndpoint:
     headers: dict[str, str]
     config: Any
 
-    def params(self, litellm: Any, max_tokens: int, response_format: dict[str, Any] | None) -> dict[str, Any]:
-        """litellm's mapping of the call's parameters for this provider; the same for every call of a
-        (mode, token cap), so the client keeps it."""
-        extra = {"response_format": response_format} if response_format is not None else {}
-        mapped = litellm.get_optional_params(
-            model=self.model, custom_llm_provider=self.provider, temperature=0, max_tokens=max_tokens, **extra
-        )
+    def params(self, litellm: Any, call: dict[str, Any]) -> dict[str, Any]:
+        """litellm's mapping of the call's parameters (`model_params` plus a response format) for
+        this provider; the same for every call of a (mode, token cap), so the client keeps it."""
+        mapped = litellm.get_optional_params(model=self.model, custom_llm_provider=self.provider, **call)
         # The OpenAI SDK sends neither a non-streaming flag nor an empty extra body.
         if mapped.get("stream") is False:
             del mapped["stream"]
@@ -55,8 +71,51 @@ class ChatEndpoint:
         return orjson.dumps(data)
 
 
+def model_params(
+    litellm: Any, model: str, answer_tokens: int, effort: str | None, reasoning_tokens: int
+) -> dict[str, Any]:
+    """The call's parameters before litellm maps them, the same on both paths. A model that reasons
+    on every call (litellm's mapping will not send it temperature 0: gpt-5, gpt-5-mini, the
+    o-series) gets a reasoning effort (`effort`, else the lowest it takes) and `reasoning_tokens`
+    more room, since its hidden reasoning is spent inside the completion budget. A parameter the
+    model does not take is dropped by litellm (`drop_params`), and litellm sends the budget as
+    `max_completion_tokens` where the model wants it."""
+    plain: dict[str, Any] = {"temperature": 0, "max_tokens": answer_tokens, "drop_params": True}
+    name, provider, _, _ = litellm.get_llm_provider(model=model)
+    if "reasoning_effort" not in (
+        litellm.get_supported_openai_params(model=name, custom_llm_provider=provider) or []
+    ):
+        return plain
+    probe = litellm.get_optional_params(
+        model=name, custom_llm_provider=provider, temperature=0, drop_params=True
+    )
+    if "temperature" in probe:
+        return plain  # reasoning off unless asked for (Claude's thinking, gpt-5.1): left off
+    level = effort or lowest_effort(litellm, name, provider)
+    return plain | {"max_tokens": answer_tokens + reasoning_tokens, "reasoning_effort": level}
+
+
+def lowest_effort(litellm: Any, name: str, provider: str) -> str:
+    """The cheapest effort litellm's model map says the model takes; "low" is taken by every
+    reasoning model OpenAI serves, "minimal" (gpt-5) and "none" (gpt-5.1 on) only where flagged."""
+    try:
+        info = litellm.get_model_info(model=name, custom_llm_provider=provider)
+    except Exception:
+        return "low"
+    levels = info.get("reasoning_effort_levels")
+    if levels:
+        return str(
+            min(levels, key=lambda level: EFFORT_LEVELS.index(level) if level in EFFORT_LEVELS else 99)
+        )
+    for level in ("none", "minimal"):
+        if info.get(f"supports_{level}_reasoning_effort"):
+            return level
+    return "low"
+
+
 def chat_endpoint(litellm: Any, model: str, api_base: str | None, api_key: str | None) -> ChatEndpoint | None:
-    """The endpoint of `model` if litellm speaks OpenAI's chat format to it; None otherwise."""
+    """The endpoint of `model` if litellm speaks OpenAI's chat format to it and this path reproduces
+    the configuration; None otherwise (the call goes through `acompletion`)."""
     from litellm.types.utils import LlmProviders
     from litellm.utils import ProviderConfigManager
 
@@ -81,7 +140,7 @@ def chat_endpoint(litellm: Any, model: str, api_base: str | None, api_key: str |
         or litellm.get_secret("OPENAI_API_KEY")
     )
     config = ProviderConfigManager.get_provider_chat_config(model=name, provider=LlmProviders(provider))
-    if config is None:
+    if config is None or not key or not _covered(litellm, base):
         return None
     params: dict[str, Any] = {}
     headers = config.validate_environment(
@@ -96,4 +155,92 @@ def chat_endpoint(litellm: Any, model: str, api_base: str | None, api_key: str |
     url = config.get_complete_url(
         api_base=base, api_key=key, model=name, optional_params=params, litellm_params={}, stream=False
     )
-    return ChatEndpoint(name, provider, url, dict(headers), config)
+    return ChatEndpoint(name, provider, url, sdk_headers(litellm, dict(headers)), config)
+
+
+def sdk_headers(litellm: Any, headers: dict[str, str]) -> dict[str, str]:
+    """What the OpenAI SDK adds for litellm: JSON accepted, the organization (litellm's setting,
+    OPENAI_ORGANIZATION, then the SDK's OPENAI_ORG_ID), the project (OPENAI_PROJECT_ID), and
+    `litellm.headers` last, overriding any of the same name."""
+    sent = {"Accept": "application/json", **headers}
+    organization = (
+        litellm.organization or litellm.get_secret("OPENAI_ORGANIZATION") or os.environ.get("OPENAI_ORG_ID")
+    )
+    project = os.environ.get("OPENAI_PROJECT_ID")
+    for header, value in (("OpenAI-Organization", organization), ("OpenAI-Project", project)):
+        if value is not None:
+            sent[header] = str(value)
+    for header, value in (litellm.headers or {}).items():
+        sent = {k: v for k, v in sent.items() if k.lower() != str(header).lower()}
+        sent[str(header)] = str(value)
+    return sent
+
+
+def _covered(litellm: Any, base: str) -> bool:
+    """False when the configuration asks for something only litellm's own client does: headers
+    from OPENAI_CUSTOM_HEADERS, its experimental HTTP handler, OpenAI config defaults merged into
+    every call, an HTTP proxy for this host, or TLS settings other than verification against the
+    default or SSL_CERT_FILE's bundle."""
+    if os.environ.get("OPENAI_CUSTOM_HEADERS") is not None or litellm.OpenAIConfig.get_config():
+        return False
+    if litellm.get_secret_bool("EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER"):
+        return False
+    parts = urlsplit(base)
+    proxies = urllib.request.getproxies_environment()
+    if (parts.scheme in proxies or "all" in proxies) and not urllib.request.proxy_bypass(
+        parts.hostname or ""
+    ):
+        return False
+    if parts.scheme != "https":
+        return True
+    from litellm.llms.custom_httpx.http_handler import get_ssl_verify
+
+    verify = get_ssl_verify()
+    return verify is True or (isinstance(verify, str) and verify == os.environ.get("SSL_CERT_FILE"))
+
+
+def read_completion(raw: bytes) -> Reply:
+    """A chat completion's first message, read as litellm reads it: content null is an empty
+    answer; content of another type, or no message at all, is unusable."""
+    try:
+        data = orjson.loads(raw)
+        choice = data["choices"][0]
+        content = choice["message"].get("content")
+        finish = choice.get("finish_reason")
+    except (orjson.JSONDecodeError, AttributeError, KeyError, IndexError, TypeError):
+        return Reply(None, None, problem="a 2xx without a chat completion")
+    usage = data.get("usage")
+    counts = (
+        _counts(usage.get("prompt_tokens"), usage.get("completion_tokens"))
+        if isinstance(usage, dict)
+        else None
+    )
+    if content is not None and not isinstance(content, str):
+        return Reply(None, counts, problem="a message whose content is not text")
+    return Reply(content or "", counts, truncated=finish == "length")
+
+
+def read_model_response(response: Any) -> Reply:
+    """The same reading of litellm's `ModelResponse`, whatever the provider's wire format."""
+    usage = getattr(response, "usage", None)
+    counts = (
+        _counts(getattr(usage, "prompt_tokens", 0), getattr(usage, "completion_tokens", 0))
+        if usage is not None
+        else None
+    )
+    try:
+        choice = response.choices[0]
+        content = choice.message.content
+    except (AttributeError, IndexError, TypeError):
+        return Reply(None, counts, problem="a 2xx without a message")
+    if content is not None and not isinstance(content, str):
+        return Reply(None, counts, problem="a message whose content is not text")
+    return Reply(content or "", counts, truncated=choice.finish_reason == "length")
+
+
+def _counts(prompt: Any, completion: Any) -> tuple[int, int] | None:
+    """Token counts as reported; a provider's garbage here costs the metric, never the answer."""
+    try:
+        return int(prompt or 0), int(completion or 0)
+    except (TypeError, ValueError):
+        return None

@@ -1,10 +1,13 @@
 """What goes over the wire, captured by the scripted server: the service's own requests for an
-OpenAI-compatible model are byte for byte what `litellm.acompletion` sends for the same call, and a
-model with another wire format (Anthropic's messages API) is translated by litellm both ways."""
+OpenAI-compatible model are byte for byte what `litellm.acompletion` sends for the same call, with
+the same configuration-derived headers; reasoning models get the parameters they take; a model with
+another wire format (Anthropic's messages API) is translated by litellm both ways."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import itertools
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import pytest
 
@@ -19,11 +22,17 @@ from service.adapters.metrics import Metrics
 from service.core.extraction_prompt import ANSWER_SCHEMA
 from tests.support.scripted_llm import Request, ScriptedLlm
 
+litellm = import_litellm()
 SHAPE = AnswerShape("memories", ANSWER_SCHEMA, max_tokens=321)
+REASONING_TOKENS = 1000
 MESSAGES = [
     {"role": "system", "content": '提取规则 "引号" 与换行\n第二行'},
     {"role": "user", "content": "wire-marker 请记住:报告用中文写 \u2028 emoji 👍"},
 ]
+ANSWER = '{"memories": [{"type": "user", "content": "报告用中文写"}]}'
+# litellm keeps one OpenAI SDK client per key and configuration: a fresh key per call keeps a
+# client built under another test's configuration out of the comparison.
+_keys = (f"wire-key-{n}" for n in itertools.count())
 
 
 @pytest.fixture
@@ -35,30 +44,59 @@ async def clients() -> AsyncIterator[list[LlmClient]]:
 
 
 async def via_service(
-    clients: list[LlmClient], base: str, model: str, mode: StructuredOutput, llm: ScriptedLlm
+    clients: list[LlmClient],
+    base: str,
+    model: str,
+    mode: StructuredOutput,
+    llm: ScriptedLlm,
+    effort: str | None = None,
 ) -> tuple[Request, str, Metrics]:
     metrics = Metrics()
-    client = LlmClient(metrics, base, "wire-key", 5, 0, 0.01, structured_output=mode)
+    client = LlmClient(
+        metrics,
+        base,
+        next(_keys),
+        5,
+        0,
+        0.01,
+        structured_output=mode,
+        reasoning_effort=effort,
+        reasoning_tokens=REASONING_TOKENS,
+    )
     clients.append(client)
     answer = await client.complete("extraction", model, MESSAGES, SHAPE)
     return llm.requests[-1], answer.text, metrics
 
 
-async def via_litellm(base: str, model: str, mode: StructuredOutput, llm: ScriptedLlm) -> Request:
+async def via_litellm(
+    base: str, model: str, mode: StructuredOutput, llm: ScriptedLlm, **params: Any
+) -> Request:
+    """`acompletion` asked for the same call: temperature 0 and the answer cap unless told otherwise."""
     fmt = response_format(mode, SHAPE)
     extra = {"response_format": fmt} if fmt is not None else {}
-    await import_litellm().acompletion(
+    params = {"temperature": 0, "max_tokens": SHAPE.max_tokens} | params
+    await litellm.acompletion(
         model=model,
         messages=MESSAGES,
         api_base=base,
-        api_key="wire-key",
+        api_key=next(_keys),
         timeout=5,
         num_retries=0,
-        temperature=0,
-        max_tokens=SHAPE.max_tokens,
+        **params,
         **extra,
     )
     return llm.requests[-1]
+
+
+def configured_headers(request: Request) -> dict[str, str]:
+    """The headers a configuration decides: the OpenAI SDK's description of itself (user agent,
+    x-stainless-*) and the connection's own (host, length, encoding) are not among them."""
+    own = {"user-agent", "host", "content-length", "accept-encoding", "connection"}
+    return {
+        name: value
+        for name, value in request.headers.items()
+        if name not in own and not name.startswith("x-stainless-")
+    }
 
 
 @pytest.mark.parametrize(
@@ -73,21 +111,136 @@ async def test_an_openai_compatible_request_is_what_litellm_would_send(
 
     assert mine.raw == theirs.raw
     assert mine.path == theirs.path == "/v1/chat/completions"
-    assert mine.headers["authorization"] == theirs.headers["authorization"] == "Bearer wire-key"
+    assert mine.headers["authorization"].startswith("Bearer wire-key-")
+    assert configured_headers(mine).keys() == configured_headers(theirs).keys()
     assert mine.headers["content-type"] == "application/json" and text == '{"memories": []}'
 
 
+def _set(target: Any, name: str, value: Any) -> Callable[[pytest.MonkeyPatch], None]:
+    return lambda patch: patch.setattr(target, name, value)
+
+
+def _env(name: str, value: str) -> Callable[[pytest.MonkeyPatch], None]:
+    return lambda patch: patch.setenv(name, value)
+
+
+# Each setting litellm or the OpenAI SDK reads, and the headers it must put on the request (an API
+# version means nothing to OpenAI's chat API: nothing is added).
+CONFIGURATIONS: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], dict[str, str]]] = {
+    "litellm.organization": (
+        _set(litellm, "organization", "org-from-litellm"),
+        {"openai-organization": "org-from-litellm"},
+    ),
+    "OPENAI_ORGANIZATION": (
+        _env("OPENAI_ORGANIZATION", "org-from-litellm-env"),
+        {"openai-organization": "org-from-litellm-env"},
+    ),
+    "OPENAI_ORG_ID": (_env("OPENAI_ORG_ID", "org-from-sdk-env"), {"openai-organization": "org-from-sdk-env"}),
+    "OPENAI_PROJECT_ID": (
+        _env("OPENAI_PROJECT_ID", "proj-from-sdk-env"),
+        {"openai-project": "proj-from-sdk-env"},
+    ),
+    "litellm.headers": (
+        _set(litellm, "headers", {"X-Gateway-Tenant": "memory", "Accept": "application/json"}),
+        {"x-gateway-tenant": "memory"},
+    ),
+    "litellm.api_version": (_set(litellm, "api_version", "2024-10-21"), {}),
+    "OPENAI_API_VERSION": (_env("OPENAI_API_VERSION", "2024-10-21"), {}),
+    "OPENAI_CUSTOM_HEADERS": (
+        _env("OPENAI_CUSTOM_HEADERS", "X-Team: memory\nX-Cost-Centre: 42"),
+        {"x-team": "memory", "x-cost-centre": "42"},
+    ),
+}
+
+
+@pytest.mark.parametrize(("configure", "expected"), CONFIGURATIONS.values(), ids=CONFIGURATIONS.keys())
+async def test_headers_from_the_configuration_are_what_litellm_would_send(
+    llm: ScriptedLlm,
+    clients: list[LlmClient],
+    monkeypatch: pytest.MonkeyPatch,
+    configure: Callable[[pytest.MonkeyPatch], None],
+    expected: dict[str, str],
+) -> None:
+    """Sent alike, or the call goes through `acompletion` itself."""
+    configure(monkeypatch)
+    llm.script("wire-marker", '{"memories": []}')
+    mine, text, _ = await via_service(
+        clients, llm.api_base, "openai/scripted-wire", StructuredOutput.OFF, llm
+    )
+    theirs = await via_litellm(llm.api_base, "openai/scripted-wire", StructuredOutput.OFF, llm)
+
+    assert mine.raw == theirs.raw and mine.path == theirs.path
+    mine_headers, their_headers = configured_headers(mine), configured_headers(theirs)
+    assert mine_headers.pop("authorization") != their_headers.pop("authorization")  # two keys
+    assert mine_headers == their_headers
+    assert expected.items() <= mine_headers.items()
+    assert text == '{"memories": []}'
+
+
+@pytest.mark.parametrize(
+    ("model", "effort", "sent_effort"),
+    [
+        ("openai/gpt-5-mini", None, "minimal"),
+        ("openai/gpt-5-nano", None, "minimal"),
+        ("openai/o4-mini", None, "low"),
+        ("openai/gpt-5-mini", "low", "low"),
+    ],
+)
+@pytest.mark.parametrize("path", ["service", "acompletion"])
+async def test_a_reasoning_model_gets_what_it_takes_and_its_answer_parses(
+    llm: ScriptedLlm,
+    clients: list[LlmClient],
+    monkeypatch: pytest.MonkeyPatch,
+    model: str,
+    effort: str | None,
+    sent_effort: str,
+    path: str,
+) -> None:
+    """No temperature 0 (refused by these models), the lowest effort (or the configured one), and
+    the answer cap plus room for hidden reasoning, sent as max_completion_tokens; on the service's
+    own path and through `acompletion` (a configuration the own path does not reproduce)."""
+    if path == "acompletion":
+        monkeypatch.setenv("OPENAI_CUSTOM_HEADERS", "X-Team: memory")
+    llm.script("wire-marker", ANSWER)
+    mode = StructuredOutput.JSON_SCHEMA
+    mine, text, _ = await via_service(clients, llm.api_base, model, mode, llm, effort=effort)
+    theirs = await via_litellm(
+        llm.api_base,
+        model,
+        mode,
+        llm,
+        temperature=None,
+        max_tokens=SHAPE.max_tokens + REASONING_TOKENS,
+        reasoning_effort=sent_effort,
+    )
+
+    assert mine.raw == theirs.raw
+    assert "temperature" not in mine.body and "max_tokens" not in mine.body
+    assert mine.body["max_completion_tokens"] == SHAPE.max_tokens + REASONING_TOKENS
+    assert mine.body["reasoning_effort"] == sent_effort
+    assert mine.body["response_format"]["type"] == "json_schema"
+    assert text == ANSWER
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        "anthropic/claude-3-5-haiku-20241022",  # not in litellm's map
+        "anthropic/claude-sonnet-4-20250514",  # in the map, able to think: not made to
+    ],
+)
 async def test_an_anthropic_model_is_translated_by_litellm_both_ways(
-    llm: ScriptedLlm, clients: list[LlmClient]
+    llm: ScriptedLlm, clients: list[LlmClient], model: str
 ) -> None:
     base = llm.api_base.removesuffix("/v1")  # litellm appends /v1/messages
-    model = "anthropic/claude-3-5-haiku-20241022"
-    llm.script("wire-marker", '{"memories": [{"type": "user", "content": "报告用中文写"}]}')
-    mine, text, metrics = await via_service(clients, base, model, StructuredOutput.OFF, llm)
+    llm.script("wire-marker", ANSWER)
+    mine, text, metrics = await via_service(clients, base, model, StructuredOutput.OFF, llm, effort="low")
     theirs = await via_litellm(base, model, StructuredOutput.OFF, llm)
 
     assert mine.path == "/v1/messages" and mine.raw == theirs.raw
     assert mine.body["system"][0]["text"] == MESSAGES[0]["content"]  # Anthropic's shape, not OpenAI's
-    assert text == '{"memories": [{"type": "user", "content": "报告用中文写"}]}'
+    assert mine.body["temperature"] == 0 and mine.body["max_tokens"] == SHAPE.max_tokens
+    assert "thinking" not in mine.body
+    assert text == ANSWER
     assert metrics.llm_tokens.labels("extraction", "prompt")._value.get() == 100
     assert metrics.llm_tokens.labels("extraction", "completion")._value.get() == 20

@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from service.adapters.litellm_requests import chat_endpoint
+from service.adapters.litellm_requests import chat_endpoint, model_params
 from service.adapters.llm_client import import_litellm
 
 litellm = import_litellm()
@@ -33,7 +34,11 @@ def test_an_openai_compatible_model_resolves_to_its_chat_completions_url_and_bea
     assert endpoint is not None
     assert (endpoint.model, endpoint.provider) == ("local-model", "openai")
     assert endpoint.url == "http://127.0.0.1:8000/v1/chat/completions"
-    assert endpoint.headers == {"Authorization": "Bearer k-1", "Content-Type": "application/json"}
+    assert endpoint.headers == {
+        "Accept": "application/json",
+        "Authorization": "Bearer k-1",
+        "Content-Type": "application/json",
+    }
 
 
 def test_openai_without_a_base_goes_to_openai(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -55,7 +60,9 @@ def test_other_wire_formats_stay_with_acompletion(model: str) -> None:
 def test_parameters_and_body_are_litellm_mapping_and_transform() -> None:
     endpoint = chat_endpoint(litellm, "openai/gpt-4o-mini", "http://h/v1", "k")
     assert endpoint is not None
-    params = endpoint.params(litellm, 512, SCHEMA)
+    call = model_params(litellm, "openai/gpt-4o-mini", 512, None, 4096)
+    assert call == {"temperature": 0, "max_tokens": 512, "drop_params": True}
+    params = endpoint.params(litellm, call | {"response_format": SCHEMA})
     assert params == {"temperature": 0, "max_tokens": 512, "response_format": SCHEMA}
     messages = [{"role": "user", "content": "你好"}]
     body = endpoint.body(messages, params)
@@ -67,13 +74,89 @@ def test_parameters_and_body_are_litellm_mapping_and_transform() -> None:
             separators=(",", ":"),
         ).encode()
     )
-    assert endpoint.params(litellm, 64, None) == {"temperature": 0, "max_tokens": 64}
+    assert endpoint.params(litellm, model_params(litellm, "openai/gpt-4o-mini", 64, None, 0)) == {
+        "temperature": 0,
+        "max_tokens": 64,
+    }
 
 
-def test_a_parameter_the_model_refuses_is_refused_as_acompletion_refuses_it() -> None:
-    """litellm's mapping knows o-series models take no temperature 0: a 400, so a setting to fix."""
-    reasoning = chat_endpoint(litellm, "openai/o3-mini", "http://h/v1", "k")
-    assert reasoning is not None
-    with pytest.raises(litellm.UnsupportedParamsError) as refused:
-        reasoning.params(litellm, 512, None)
-    assert refused.value.status_code == 400
+@pytest.mark.parametrize(
+    ("model", "effort", "expected"),
+    [
+        # Reasoning on every call: no temperature 0, the lowest effort litellm's map flags, and room
+        # for the reasoning in a budget litellm sends as max_completion_tokens.
+        ("openai/gpt-5-mini", None, {"max_completion_tokens": 512 + 4096, "reasoning_effort": "minimal"}),
+        ("openai/gpt-5-nano", None, {"max_completion_tokens": 512 + 4096, "reasoning_effort": "minimal"}),
+        ("openai/o4-mini", None, {"max_completion_tokens": 512 + 4096, "reasoning_effort": "low"}),
+        ("openai/o3-mini", None, {"max_completion_tokens": 512 + 4096, "reasoning_effort": "low"}),
+        ("openai/gpt-5-mini", "medium", {"max_completion_tokens": 512 + 4096, "reasoning_effort": "medium"}),
+        # Reasoning off unless asked for: called as any other model, the effort setting unused.
+        ("openai/gpt-5.1", "low", {"temperature": 0, "max_completion_tokens": 512}),
+        ("openai/gpt-4o-mini", "low", {"temperature": 0, "max_tokens": 512}),
+        ("openai/local-model", None, {"temperature": 0, "max_tokens": 512}),
+    ],
+)
+def test_each_model_gets_the_parameters_it_takes(
+    model: str, effort: str | None, expected: dict[str, Any]
+) -> None:
+    endpoint = chat_endpoint(litellm, model, "http://h/v1", "k")
+    assert endpoint is not None
+    assert endpoint.params(litellm, model_params(litellm, model, 512, effort, 4096)) == expected
+
+
+@pytest.mark.parametrize("model", ["anthropic/claude-sonnet-4-20250514", "anthropic/claude-haiku-4-5"])
+def test_a_claude_model_is_not_made_to_think(model: str) -> None:
+    """litellm turns any reasoning effort into Claude's extended thinking, which is opt-in and
+    refuses temperature 0: Claude is called as a plain model."""
+    assert model_params(litellm, model, 512, "low", 4096) == {
+        "temperature": 0,
+        "max_tokens": 512,
+        "drop_params": True,
+    }
+
+
+def test_the_configuration_the_openai_sdk_reads_is_in_the_headers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_ORGANIZATION", "org-litellm-env")
+    monkeypatch.setenv("OPENAI_ORG_ID", "org-sdk-env")
+    monkeypatch.setenv("OPENAI_PROJECT_ID", "proj-1")
+    monkeypatch.setattr(litellm, "headers", {"X-Gateway": "g1", "authorization": "Bearer override"})
+    endpoint = chat_endpoint(litellm, "openai/local-model", "http://127.0.0.1:8000/v1", "k-1")
+    assert endpoint is not None
+    assert endpoint.headers == {
+        "Accept": "application/json",
+        "Content-Type": "application/json",
+        "OpenAI-Organization": "org-litellm-env",  # litellm's choice comes before the SDK's own
+        "OpenAI-Project": "proj-1",
+        "X-Gateway": "g1",
+        "authorization": "Bearer override",
+    }
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "base"),
+    [
+        ("OPENAI_CUSTOM_HEADERS", "X-Team: memory", "http://127.0.0.1:8000/v1"),
+        ("HTTP_PROXY", "http://proxy:3128", "http://10.0.0.5:8000/v1"),
+        ("ALL_PROXY", "http://proxy:3128", "https://api.example.com/v1"),
+        ("SSL_VERIFY", "false", "https://api.example.com/v1"),
+        ("EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER", "true", "http://127.0.0.1:8000/v1"),
+    ],
+)
+def test_a_configuration_this_path_does_not_reproduce_goes_through_acompletion(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, base: str
+) -> None:
+    assert chat_endpoint(litellm, "openai/local-model", base, "k") is not None
+    monkeypatch.setenv(variable, value)
+    assert chat_endpoint(litellm, "openai/local-model", base, "k") is None
+
+
+def test_no_static_key_leaves_authentication_to_litellm(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workload identity or a missing key: litellm and the SDK decide, not this path."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    assert chat_endpoint(litellm, "gpt-4o-mini", "https://api.openai.com/v1", None) is None
+
+
+def test_a_proxy_the_host_bypasses_keeps_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy:3128")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    assert chat_endpoint(litellm, "openai/local-model", "http://127.0.0.1:8000/v1", "k") is not None
