@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated
@@ -14,12 +15,21 @@ from service.core.model import MAX_MODEL_NAME_CHARS
 from service.core.project_keys import RobotKeys
 
 DEFAULT_SQLITE_URL = f"sqlite+aiosqlite:///{Path('data') / 'mao-memory.db'}"
+ENV_FILE_VARIABLE = "MEMORY_ENV_FILE"
+
+
+def dotenv_file() -> str | None:
+    """The dotenv file the command line reads: `.env` in the working directory unless
+    MEMORY_ENV_FILE names another, none when it is empty (the test suite's setting, which every
+    process a test starts inherits)."""
+    return os.environ.get(ENV_FILE_VARIABLE, ".env") or None
 
 
 class Settings(BaseSettings):
-    """Everything the composition root needs; invalid values stop the process at start."""
+    """Everything the composition root needs; invalid values stop the process at start. `Settings()`
+    reads the environment only: the command line adds the dotenv file (`dotenv_file`)."""
 
-    model_config = SettingsConfigDict(env_prefix="MEMORY_", env_file=".env", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="MEMORY_", extra="ignore")
 
     database_url: str = DEFAULT_SQLITE_URL
     database_pool_size: int = Field(default=10, ge=1, le=200)

@@ -15,10 +15,24 @@ from hypothesis import settings as hypothesis_settings
 
 from service.adapters.db.database import Database
 from service.adapters.db.engine import build_engine, upgrade_schema
+from service.config import ENV_FILE_VARIABLE, Settings
 from tests.support.backends import Broker, session_broker
 from tests.support.processes import MariaDbDatabase
 from tests.support.scripted_llm import ScriptedLlm
 
+
+def _hermetic_environment() -> None:
+    """No test reads the developer's `.env` or `MEMORY_*` settings: the variables that configure the
+    service go (pydantic-settings matches them in any case; the suite's own MEMORY_TEST_*, _SIM_* and
+    _FUZZ_* stay), and an empty MEMORY_ENV_FILE, inherited by every process a test starts, turns
+    the command line's dotenv file off. Done on import, before any test module is collected."""
+    settings = {f"MEMORY_{name.upper()}" for name in Settings.model_fields}
+    for name in [name for name in os.environ if name.upper() in settings]:
+        del os.environ[name]
+    os.environ[ENV_FILE_VARIABLE] = ""
+
+
+_hermetic_environment()
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 # CI replays the same examples every run; local runs keep exploring new ones.
 hypothesis_settings.register_profile("ci", derandomize=True, print_blob=True)

@@ -12,14 +12,14 @@ from datetime import UTC, datetime, timedelta
 import uvloop
 from pydantic import SecretStr, ValidationError
 
-from service.config import Settings
+from service.config import Settings, dotenv_file
 
 DEV_USER = 1
 
 
 def _load_settings() -> Settings:
     try:
-        return Settings()
+        return Settings(_env_file=dotenv_file())
     except ValidationError as exc:
         lines = [f"  MEMORY_{'_'.join(str(p) for p in e['loc']).upper()}: {e['msg']}" for e in exc.errors()]
         print("mao-memory: invalid configuration\n" + "\n".join(lines), file=sys.stderr)

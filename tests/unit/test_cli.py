@@ -19,10 +19,10 @@ SECRET = "cli-secret-cli-secret-cli-secret-0123456789"
 
 
 def cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("MEMORY_")}
+    """The command line in a child process, on the suite's environment (tests/conftest.py) plus `env`."""
     return subprocess.run(
         [sys.executable, "-m", "service.entrypoints.cli", *args],
-        env={**clean, **env},
+        env={**os.environ, **env},
         capture_output=True,
         text=True,
         timeout=60,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from service.config import Settings
+from service.config import ENV_FILE_VARIABLE, Settings
 from service.core.model import MAX_MODEL_NAME_CHARS
 from service.core.project_keys import RobotKeys
 
@@ -27,7 +27,7 @@ def test_a_model_name_longer_than_its_column_is_refused_at_start() -> None:
 def test_the_cli_names_the_variable_and_exits_2() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "service.entrypoints.cli", "migrate"],
-        env={"MEMORY_DEFAULT_MODEL": "x" * 129, "PATH": ""},
+        env={"MEMORY_DEFAULT_MODEL": "x" * 129, ENV_FILE_VARIABLE: "", "PATH": ""},
         capture_output=True,
         text=True,
         timeout=60,
