@@ -239,8 +239,9 @@ def read_model_response(response: Any) -> Reply:
 
 
 def _counts(prompt: Any, completion: Any) -> tuple[int, int] | None:
-    """Token counts as reported; a provider's garbage here costs the metric, never the answer."""
+    """Token counts as reported, never below zero (a counter refuses to go down); a provider's
+    garbage here costs the metric, never the answer."""
     try:
-        return int(prompt or 0), int(completion or 0)
-    except (TypeError, ValueError):
+        return max(0, int(prompt or 0)), max(0, int(completion or 0))
+    except (TypeError, ValueError, OverflowError):
         return None

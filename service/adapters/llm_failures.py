@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from enum import StrEnum
 from typing import Any
 
@@ -129,12 +131,25 @@ def _http_answer(link: BaseException) -> tuple[int | None, Any]:
 
 
 def _retry_after(headers: Any) -> float | None:
-    """Seconds from a numeric Retry-After, capped; an HTTP-date or garbage counts as absent."""
+    """Retry-After in seconds or as an HTTP date, capped; anything else counts as absent."""
     value = headers.get("retry-after") if headers else None
-    try:
-        seconds = float(value) if value is not None else None
-    except ValueError:
+    if value is None:
         return None
+    seconds: float | None
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = _seconds_until(value)
     if seconds is None or not math.isfinite(seconds):
         return None
     return min(max(0.0, seconds), MAX_RETRY_AFTER_S)
+
+
+def _seconds_until(date: str) -> float | None:
+    try:
+        when = parsedate_to_datetime(date)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return (when - datetime.now(UTC)).total_seconds()
