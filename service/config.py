@@ -72,6 +72,9 @@ class Settings(BaseSettings):
     llm_event_failures: int = Field(default=3, ge=1)
     # Reasoning models only (gpt-5*, the o-series): unset means the lowest effort the model takes.
     llm_reasoning_effort: str | None = None
+    # Room for a reasoning model's hidden reasoning on top of the answer cap: the model spends it
+    # inside the completion budget, and an answer cut by the cap is lost. Billed only when spent.
+    llm_reasoning_tokens: int = Field(default=4096, ge=0)
 
     # The robot channels' special projectKey values (README: "Robot-channel keys").
     robot_project_keys: Annotated[frozenset[str], NoDecode] = frozenset({"WEIXIN", "FEISHU", "DINGTALK"})
