@@ -29,9 +29,11 @@ EMPTY = ComparisonSet()
 def build_comparison_set(
     rows: list[MemoryRow], project_key: str | None, dismissed: list[str]
 ) -> ComparisonSet:
-    """Keep only machine-made ACTIVE rows of the USER group and the session's project group, in a
-    stable order: merged rows are matched like extracted ones, MANUAL rows never."""
+    """Keep only machine-made ACTIVE rows of the USER group and the session's project group (merged
+    rows are matched like extracted ones, MANUAL rows never), the USER group first and each in id
+    order: a touch reorders nothing and a new row comes last, so consecutive prompts of a user
+    share their longest prefix (a provider's prompt cache), and the USER part holds across projects."""
     groups = session_groups(project_key)
     legal = [r for r in rows if r.machine_active and r.group in groups]
-    legal.sort(key=lambda r: (r.scope is not Scope.USER, r.updated_at, r.id))
+    legal.sort(key=lambda r: (r.scope is not Scope.USER, r.id))
     return ComparisonSet(rows={i: r for i, r in enumerate(legal, start=1)}, dismissed=dismissed)

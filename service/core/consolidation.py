@@ -6,11 +6,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-import orjson
-
 from service.core.extraction_answer import answer_list
 from service.core.model import MAX_EXTRACTED_CONTENT_CHARS, USER_GROUP, Group, MemoryRow, Scope
 from service.core.normalize import clean_content
+from service.core.prompt_blocks import BLOCK_BREAK, json_line, rows_block
 
 
 class RunResult(StrEnum):
@@ -71,9 +70,13 @@ def should_run(
     return None
 
 
+GROUP = "Group:"
+MEMORIES = "Memories:"
+
 _RULES = """You consolidate a user's stored memories of one group so that each fact appears once.
 
-You receive memories with ids. {ANSWER_FORMAT}
+The message names the group on its first line, then, after a blank line and the heading "{MEMORIES}", lists
+the memories one per line: an id, a tab and the content. {ANSWER_FORMAT}
 - {{"op": "merge", "sourceIds": [a, b, ...], "content": "..."}}: two or more memories that state related or
   duplicate facts become one complete memory of at most {MAX_EXTRACTED_CONTENT_CHARS} characters, on one line,
   in the memories' language;
@@ -112,19 +115,18 @@ def build_consolidation_messages(
 ) -> tuple[list[dict[str, str]], dict[int, int]]:
     """The prompt and the alias → row id map; real ids never reach the model."""
     aliases = {i: row.id for i, row in enumerate(rows, start=1)}
-    data = {
-        "group": "user" if group.scope is Scope.USER else f"project {group.project_key}",
-        "memories": [{"id": i, "content": row.content} for i, row in enumerate(rows, start=1)],
-    }
+    name = "user" if group.scope is Scope.USER else f"project {json_line(group.project_key)}"
+    memories = rows_block(MEMORIES, ((i, row.content) for i, row in enumerate(rows, start=1)))
     messages = [
         {
             "role": "system",
             "content": _RULES.format(
+                MEMORIES=MEMORIES,
                 MAX_EXTRACTED_CONTENT_CHARS=MAX_EXTRACTED_CONTENT_CHARS,
                 ANSWER_FORMAT=WRAPPED if wrapped else BARE,
             ),
         },
-        {"role": "user", "content": orjson.dumps(data, option=orjson.OPT_INDENT_2).decode()},
+        {"role": "user", "content": f"{GROUP} {name}{BLOCK_BREAK}{memories}"},
     ]
     return messages, aliases
 

@@ -12,7 +12,7 @@ import asyncio
 import json
 import random
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -33,6 +33,7 @@ from tests.simulation.checker import Offered, Row, fact_key, identity_key
 from tests.simulation.model import STYLES, conversation, wording
 from tests.simulation.watch import PoolWatch
 from tests.support.clock import ManualClock
+from tests.support.prompt_data import prompt_data
 from tests.support.tokens import bearer, token
 
 START = datetime(2027, 1, 1)
@@ -91,17 +92,24 @@ class RecordingLlm:
         return self._llm.mode(model)
 
     async def complete(
-        self, purpose: str, model: str, messages: list[dict[str, str]], shape: AnswerShape, wait: bool = True
+        self,
+        purpose: str,
+        model: str,
+        messages: list[dict[str, str]],
+        shape: AnswerShape,
+        wait: bool = True,
+        *,
+        caller: Hashable | None = None,
     ) -> LlmAnswer:
         self.calls[purpose] += 1
-        call = self._llm.complete(purpose, model, messages, shape, wait)
+        call = self._llm.complete(purpose, model, messages, shape, wait, caller=caller)
         if purpose == "consolidation" and self.meanwhile is not None:
             answer, _ = await asyncio.gather(call, self.meanwhile(CURRENT_USER.get(), messages))
         else:
             answer = await call
         if purpose == "extraction":
             self.last_extraction[CURRENT_USER.get()] = answer.text
-            shown = len(json.loads(messages[-1]["content"])["existing"])
+            shown = len(prompt_data(messages[-1]["content"])["existing"])
             if len(self.largest) < 10 or shown > self.largest[0][0]:
                 self.largest = sorted([*self.largest, (shown, messages)], key=lambda p: p[0])[-10:]
         return answer
@@ -203,7 +211,7 @@ class Simulation:
         user = next(u for u in self.users if u.user_id == user_id)
         if user.rng.random() >= IN_FLIGHT_DELETE:
             return
-        data = json.loads(messages[-1]["content"])
+        data = prompt_data(messages[-1]["content"])
         shown = {m["content"] for m in data["memories"]}
         rows = [
             r

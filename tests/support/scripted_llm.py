@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from tests.support.prompt_data import prompt_data
+
 
 class _Server(ThreadingHTTPServer):
     # socketserver listens with a backlog of 5: a burst of new connections from several clients
@@ -58,8 +60,8 @@ class Request:
 
     @property
     def data(self) -> dict[str, Any]:
-        """The JSON data block of the extraction prompt's user message."""
-        return dict(json.loads(self.messages[-1]["content"]))
+        """The data of an extraction or consolidation prompt's user message (`prompt_data`)."""
+        return prompt_data(str(self.messages[-1]["content"]))
 
 
 class ScriptedLlm:
