@@ -14,6 +14,7 @@ from service.adapters.llm_client import StructuredOutput
 from service.core.model import MAX_MODEL_NAME_CHARS
 from service.core.project_keys import RobotKeys
 
+MIN_JWT_SECRET_BYTES = 32
 DEFAULT_SQLITE_URL = f"sqlite+aiosqlite:///{Path('data') / 'mao-memory.db'}"
 ENV_FILE_VARIABLE = "MEMORY_ENV_FILE"
 
@@ -105,6 +106,24 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return frozenset(part.strip() for part in value.split(",") if part.strip())
         return value
+
+    @field_validator("jwt_secret", "jwt_previous_secret", mode="before")
+    @classmethod
+    def _long_secret(cls, value: object) -> object:
+        """HS256 needs a key as long as its hash (RFC 7518 3.2): a short one can be brute-forced
+        from any token. Empty means unset."""
+        text = value.get_secret_value() if isinstance(value, SecretStr) else value
+        if isinstance(text, str):
+            if not text:
+                return None
+            if len(text.encode()) < MIN_JWT_SECRET_BYTES:
+                raise ValueError(f"must be at least {MIN_JWT_SECRET_BYTES} bytes (`openssl rand -hex 32`)")
+        return value
+
+    @field_validator("jwt_issuer", "jwt_audience", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        return None if value == "" else value
 
     @field_validator("database_url")
     @classmethod

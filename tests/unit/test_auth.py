@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import jwt
 import pytest
+from pydantic import ValidationError
 from starlette.requests import Request
 
 from service.config import Settings
-from service.entrypoints.http.auth import INTERNAL_NOT_CONFIGURED, MISSING, NOT_CONFIGURED, Authenticator
+from service.entrypoints.http.auth import (
+    INTERNAL_NOT_CONFIGURED,
+    MISSING,
+    NOT_CONFIGURED,
+    TWO_CREDENTIALS,
+    Authenticator,
+)
 from service.entrypoints.http.envelope import ApiError
 
 NEW, OLD = "new-secret-new-secret-new-secret-0123456789", "old-secret-old-secret-old-secret-0123456789"
@@ -99,3 +109,77 @@ def test_an_unconfigured_service_says_so_before_looking_at_the_request() -> None
     assert refusal(bare, request("x"), internal=True) == INTERNAL_NOT_CONFIGURED
     assert refusal(auth(), no_header) == MISSING
     assert refusal(auth(internal_token="t-1"), request("t-2"), internal=True) == "invalid internal token"
+
+
+def forged(payload: bytes, secret: str = NEW) -> str:
+    """A correctly signed token around a payload written by hand (duplicate keys, strings, NaN)."""
+    return jwt.api_jws.encode(payload, secret, algorithm="HS256")
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        '{"sub": "42", "exp": "%(later)d"}',  # a digit string, which int() would take
+        '{"sub": "42", "exp": 1000000000000000000000000000000}',
+        '{"sub": "42", "exp": %(far)d}',  # more than five years ahead
+        '{"sub": "42", "exp": true}',
+        '{"sub": "42", "exp": NaN}',
+        '{"sub": "42", "exp": %(later)d, "nbf": "0"}',
+        '{"sub": "42", "exp": %(later)d, "iat": -1}',
+        '{"sub": "42", "exp": %(later)d, "iat": [1]}',
+    ],
+)
+def test_time_claims_must_be_json_numbers_within_range(payload: str) -> None:
+    now = int(time.time())
+    text = payload % {"later": now + 600, "far": now + 6 * 366 * 24 * 3600}
+    assert refusal(auth(), request(forged(text.encode()))).startswith("invalid token: exp, nbf and iat")
+
+
+def test_time_claims_as_numbers_within_range_pass() -> None:
+    now = time.time()
+    fine = signed(NEW, exp=now + 4 * 365 * 24 * 3600, nbf=int(now) - 5, iat=now - 5)
+    assert auth().caller(request(fine)).user_id == 42
+
+
+def test_a_claim_given_twice_is_refused() -> None:
+    later = int(time.time()) + 600
+    twice = f'{{"sub": "1", "sub": "42", "exp": {later}}}'.encode()
+    assert refusal(auth(), request(forged(twice))) == "invalid token: a claim appears twice"
+    nested = f'{{"sub": "42", "exp": {later}, "x": {{"a": 1, "a": 2}}}}'.encode()
+    assert refusal(auth(), request(forged(nested))) == "invalid token: a claim appears twice"
+
+
+def test_two_authorization_headers_are_refused() -> None:
+    good = signed(NEW)
+    both = Request({"type": "http", "headers": [(b"authorization", f"Bearer {good}".encode())] * 2})
+    assert refusal(auth(), both) == TWO_CREDENTIALS
+    assert refusal(auth(internal_token="t" * 32), both, internal=True) == TWO_CREDENTIALS
+
+
+def test_a_configured_issuer_or_audience_is_required_in_the_token() -> None:
+    assert refusal(auth(jwt_issuer="mao"), request(signed(NEW))) == "invalid token: iss is required"
+    assert refusal(auth(jwt_audience="memory"), request(signed(NEW))) == "invalid token: aud is required"
+    assert refusal(auth(jwt_issuer="mao"), request(signed(NEW, iss="other"))) == "invalid token: wrong issuer"
+    assert auth(jwt_issuer="", jwt_audience="").caller(request(signed(NEW))).user_id == 42  # empty: unset
+
+
+@pytest.mark.parametrize("variable", ["jwt_secret", "jwt_previous_secret"])
+def test_a_jwt_secret_shorter_than_32_bytes_is_refused(variable: str) -> None:
+    with pytest.raises(ValidationError, match="at least 32 bytes"):
+        Settings(_env_file=None, **{variable: "s" * 31})  # type: ignore[call-arg]
+    assert Settings(_env_file=None, **{variable: "s" * 32}) is not None  # type: ignore[call-arg]
+    assert getattr(Settings(_env_file=None, **{variable: ""}), variable) is None  # type: ignore[call-arg]
+
+
+def test_the_cli_refuses_a_short_jwt_secret_naming_the_variable(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "service.entrypoints.cli", "api"],
+        env={"MEMORY_JWT_SECRET": "x", "MEMORY_ENV_FILE": "", "PATH": ""},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "MEMORY_JWT_SECRET: Value error, must be at least 32 bytes" in result.stderr

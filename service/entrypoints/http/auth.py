@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import hmac
+import json
+import math
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Annotated
@@ -23,8 +26,24 @@ ADMIN_PERMISSION = "memory:admin"
 NOT_CONFIGURED = "authentication is not configured: the service has no MEMORY_JWT_SECRET"
 INTERNAL_NOT_CONFIGURED = "the internal API is not configured: the service has no MEMORY_INTERNAL_TOKEN"
 MISSING = "missing credentials: send Authorization: Bearer <token>"
+TWO_CREDENTIALS = "two Authorization headers: send one"
 WRONG_INTERNAL = "invalid internal token"
+# No issuer writes an exp, nbf or iat further ahead than this; PyJWT alone takes exp = 10**30.
+MAX_CLAIM_AHEAD_S = 5 * 366 * 24 * 3600
+TIME_CLAIMS = ("exp", "nbf", "iat")
+
+
+class DuplicateClaim(jwt_errors.DecodeError):
+    """A key twice in the payload: PyJWT's parser keeps the last, another parser the first."""
+
+
+class BadClaimTime(jwt_errors.InvalidTokenError):
+    """exp, nbf or iat is not a JSON number of seconds within range."""
+
+
 _JWT_REASONS: list[tuple[type[jwt.PyJWTError], str]] = [
+    (DuplicateClaim, "invalid token: a claim appears twice"),
+    (BadClaimTime, "invalid token: exp, nbf and iat must be numbers of seconds, at most 5 years ahead"),
     (jwt_errors.ExpiredSignatureError, "invalid token: expired"),
     (jwt_errors.ImmatureSignatureError, "invalid token: not valid yet"),
     (jwt_errors.InvalidSignatureError, "invalid token: signature does not match"),
@@ -38,7 +57,50 @@ _JWT_REASONS: list[tuple[type[jwt.PyJWTError], str]] = [
 
 
 def _reason(error: jwt.PyJWTError | None) -> str:
+    if isinstance(error, jwt_errors.MissingRequiredClaimError) and error.claim in {"iss", "aud"}:
+        return f"invalid token: {error.claim} is required"
     return next((text for kind, text in _JWT_REASONS if isinstance(error, kind)), "invalid token")
+
+
+def claim_times_valid(claims: dict[str, object], now: float) -> bool:
+    """exp, nbf and iat, where present, are JSON numbers (not strings, not booleans) between the
+    epoch and `MAX_CLAIM_AHEAD_S` from `now`."""
+    for name in TIME_CLAIMS:
+        if name not in claims:
+            continue
+        value = claims[name]
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return False
+        if not (math.isfinite(value) and 0 <= value <= now + MAX_CLAIM_AHEAD_S):
+            return False
+    return True
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    claims = dict(pairs)
+    if len(claims) != len(pairs):
+        raise DuplicateClaim("a key appears twice in the payload")
+    return claims
+
+
+class _StrictJwt(jwt.PyJWT):
+    """PyJWT, reading the payload strictly before it checks the claims: duplicate keys refused,
+    time claims held to `claim_times_valid` (PyJWT itself calls `int()` on them, which takes
+    "1900000000" and any size)."""
+
+    def _decode_payload(self, decoded: dict[str, object]) -> dict[str, object]:
+        try:
+            payload = json.loads(decoded["payload"], object_pairs_hook=_unique_keys)  # type: ignore[arg-type]
+        except (ValueError, RecursionError) as exc:
+            raise jwt_errors.DecodeError(f"invalid payload: {exc}") from exc
+        if not isinstance(payload, dict):
+            raise jwt_errors.DecodeError("the payload is not a JSON object")
+        if not claim_times_valid(payload, time.time()):
+            raise BadClaimTime("exp, nbf or iat out of range")
+        return payload
+
+
+_JWT = _StrictJwt()
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +110,10 @@ class Caller:
 
 
 def _bearer(request: Request) -> str:
-    header = request.headers.get("authorization", "")
+    headers = request.headers.getlist("authorization")
+    if len(headers) > 1:
+        raise ApiError(401, TWO_CREDENTIALS)
+    header = headers[0] if headers else ""
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise ApiError(401, MISSING)
@@ -79,7 +144,7 @@ class Authenticator:
         error: jwt.PyJWTError | None = None
         for secret in self._secrets:
             try:
-                claims: dict[str, object] = jwt.decode(
+                claims: dict[str, object] = _JWT.decode(
                     token,
                     secret,
                     algorithms=["HS256"],
