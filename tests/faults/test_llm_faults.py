@@ -1,12 +1,19 @@
 """LLM faults, one test each: an outage leaves the event unfinished for a later try (no ledger row);
-an unusable answer finishes it without memory; nothing is retried in a hot loop."""
+an unusable answer finishes it without memory; nothing is retried in a hot loop; one event the model
+always fails on holds no other event up. The property tests of the model client run here with more
+examples (`MEMORY_FUZZ_EXAMPLES`, 300 by default)."""
 
 from __future__ import annotations
 
+import asyncio
+import os
 import time
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from service.adapters.circuit_breaker import BreakerState, CircuitBreaker
 from service.adapters.db.database import Database
 from service.adapters.llm_client import LlmClient
 from service.adapters.metrics import Metrics
@@ -15,6 +22,14 @@ from service.core.project_keys import RobotKeys
 from tests.conftest import said
 from tests.faults.conftest import Report
 from tests.integration.conftest import HandlerFactory, make_event
+from tests.integration.test_llm_fuzz import (
+    ANTHROPIC,
+    BREAKER_ANSWERS,
+    OPENAI,
+    check_answers,
+    check_breaker,
+    scripted,
+)
 from tests.support.pool import items, ledger, set_capture
 from tests.support.processes import free_port
 from tests.support.scripted_llm import ScriptedLlm
@@ -150,11 +165,11 @@ async def test_broken_answers_leave_no_memory(
 @pytest.mark.parametrize(
     ("name", "rule"),
     [
-        ("response cut mid-answer", {"reply": GOOD, "truncate": True}),
-        ("body that is not a completion", {"raw_body": b'{"id": 1, "choices": "nope"}'}),
+        ("response cut mid-answer", {"reply": GOOD, "truncate": True}),  # an outage, retried
+        ("body that is not a completion", {"raw_body": b'{"id": 1, "choices": "nope"}'}),  # this event's
     ],
 )
-async def test_broken_responses_are_an_outage_not_an_answer(
+async def test_broken_responses_are_no_answer(
     mysql_db: Database,
     make_handler: HandlerFactory,
     llm: ScriptedLlm,
@@ -163,7 +178,7 @@ async def test_broken_responses_are_an_outage_not_an_answer(
     name: str,
     rule: dict[str, object],
 ) -> None:
-    """No answer arrived, so nothing was decided: the event waits for a provider that answers."""
+    """No answer arrived, so nothing was decided: the event stays unfinished, to be tried again."""
     await set_capture(mysql_db, user_id)
     reply = rule.pop("reply", "[]")
     llm.script(f"m{user_id}", reply, **rule)
@@ -225,3 +240,62 @@ async def test_hostile_conversation_obeyed_by_the_model_stays_contained(
         rows_checked=len(mine) + len(victim_before),
         note="other user's row unchanged; over-long item dropped; prompt one section of single-line items",
     )
+
+
+async def test_one_event_the_model_always_fails_on_holds_no_other_event_up(
+    mysql_db: Database, make_handler: HandlerFactory, llm: ScriptedLlm, user_id: int, report: Report
+) -> None:
+    """The issue's measurement: after 25 s one such event had been retried 6 times, the shared
+    breaker was open, and a healthy event arriving then waited 6.5 s."""
+    await set_capture(mysql_db, user_id)
+    llm.script(f"poison{user_id}", GOOD, delay_s=1.0)  # beyond the timeout, every time
+    llm.script(f"ok{user_id}", GOOD)
+    breaker = CircuitBreaker(threshold=3, open_s=10, max_open_s=60)
+    client = LlmClient(
+        Metrics(), llm.api_base, "k", timeout_s=0.3, max_retries=2, retry_base_s=0.01, breaker=breaker
+    )
+    poison = make_event(user_id, 1, lastUserMessage=said(f"poison{user_id}"))
+    healthy = make_event(user_id, 2, lastUserMessage=said(f"ok{user_id}"))
+    try:
+        for _ in range(6):  # retried with nothing else going on, as the consumer retries it
+            with pytest.raises(ModelUnavailable):
+                await asyncio.wait_for(make_handler(mysql_db, llm=client).handle(poison), 5)
+        started = time.perf_counter()
+        outcome, _ = await asyncio.wait_for(make_handler(mysql_db, llm=client).handle(healthy), 5)
+        waited = time.perf_counter() - started
+    finally:
+        await client.stop()
+    assert outcome is Outcome.EXTRACTED and breaker.state is BreakerState.CLOSED
+    assert len(llm.calls(f"poison{user_id}")) == 6  # a timeout is not retried within the call
+    assert waited < 1.0
+    report.add(
+        "one event the model always times out on, tried 6 times",
+        events=2,
+        faults=6,
+        rows_checked=2,
+        note=f"breaker closed; the next healthy event waited {waited * 1000:.0f} ms",
+    )
+
+
+FAULT_FUZZ = settings(
+    max_examples=int(os.environ.get("MEMORY_FUZZ_EXAMPLES", "300")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
+
+@FAULT_FUZZ
+@given(data=st.data())
+@pytest.mark.parametrize("model", [OPENAI, ANTHROPIC])
+async def test_generated_model_answers_end_in_their_class(
+    llm_server: ScriptedLlm, model: str, data: st.DataObject
+) -> None:
+    await check_answers(llm_server, model, data.draw(st.lists(scripted(model), min_size=1, max_size=3)))
+
+
+@FAULT_FUZZ
+@given(calls=st.lists(st.tuples(st.integers(0, 4), st.sampled_from(sorted(BREAKER_ANSWERS))), max_size=16))
+async def test_generated_call_sequences_open_the_breaker_only_across_callers(
+    llm_server: ScriptedLlm, calls: list[tuple[int, str]]
+) -> None:
+    await check_breaker(llm_server, calls)

@@ -6,7 +6,8 @@ Each call must end in the class the README's failure table states, make at most 
 requests (exactly that many for an outage, one otherwise), and the circuit breaker must open only
 when different callers fail with no success in between.
 
-`MEMORY_FUZZ_EXAMPLES` sets the example count (20 here; the fault suite runs 300 by default).
+`MEMORY_FUZZ_EXAMPLES` sets the example count (20 here; `make faults` runs the same properties with
+300 by default, `tests/faults/test_llm_faults.py`).
 """
 
 from __future__ import annotations
@@ -252,14 +253,20 @@ THRESHOLD = 3
 async def test_the_breaker_opens_only_when_different_callers_fail(
     llm_server: ScriptedLlm, calls: list[tuple[int, str]]
 ) -> None:
+    await check_breaker(llm_server, calls)
+
+
+async def check_breaker(server: ScriptedLlm, calls: list[tuple[int, str]]) -> None:
+    """Against a model of the rule: a success or a rejection clears the failing callers, a failure
+    adds its caller, `THRESHOLD` of them open the breaker, and an open breaker sends nothing."""
     breaker = CircuitBreaker(threshold=THRESHOLD, open_s=60, max_open_s=60)
-    client = new_client(llm_server, OPENAI, breaker)
+    client = new_client(server, OPENAI, breaker)
     failing: set[int] = set()
     try:
         for caller, name in calls:
             answer = BREAKER_ANSWERS[name]
-            outcome, kind, requests = await call(llm_server, client, OPENAI, answer, caller)
-            if len(failing) >= THRESHOLD:  # open: nothing goes out
+            outcome, kind, requests = await call(server, client, OPENAI, answer, caller)
+            if len(failing) >= THRESHOLD:
                 assert (outcome, kind, requests) == (FailureClass.OUTAGE.value, "unavailable", 0)
                 continue
             assert (outcome, kind) == (answer.expected, answer.kind)
