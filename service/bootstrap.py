@@ -33,6 +33,7 @@ from service.config import Settings
 from service.entrypoints.consumer import EventProcessor, Received
 from service.entrypoints.http.app import create_app
 from service.entrypoints.http.ops import Check
+from service.entrypoints.http.server import server_config
 
 log = structlog.get_logger(__name__)
 
@@ -288,21 +289,7 @@ async def serve_forever(settings: Settings, mode: Mode) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    server = _Server(
-        uvicorn.Config(
-            build_http(container, mode),
-            host=settings.http_host,
-            port=settings.http_port,
-            log_config=None,
-            access_log=False,
-            lifespan="off",
-            loop="none",
-            http="httptools",
-            # Longer than clients' and load balancers' idle timeouts (httpx 5 s, ALB 60 s), so the
-            # server is never the side closing a connection a client is about to reuse.
-            timeout_keep_alive=75,
-        )
-    )
+    server = _Server(server_config(build_http(container, mode), settings))
     http_task = asyncio.create_task(server.serve())
     consumer_task: asyncio.Task[None] | None = None
     consumer_died: ConsumerDied | None = None

@@ -47,6 +47,12 @@ class Settings(BaseSettings):
     http_host: str = "127.0.0.1"
     http_port: int = Field(default=8080, ge=0, le=65535)
     api_docs: bool = True  # the interactive API page at /docs
+    # Hostile clients (README "HTTP API"): open connections, a request head's size and header count,
+    # and how long a connection may take to send a complete head.
+    http_max_connections: int = Field(default=512, ge=1)
+    http_max_header_bytes: int = Field(default=32 * 1024, ge=1024)
+    http_max_headers: int = Field(default=100, ge=8)
+    http_head_timeout_s: float = Field(default=10.0, gt=0)
 
     jwt_secret: SecretStr | None = None
     jwt_previous_secret: SecretStr | None = None  # still accepted while tokens signed with it expire

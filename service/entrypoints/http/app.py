@@ -49,6 +49,9 @@ def create_app(container: Container, include_api: bool, checks: dict[str, Check]
         # The interactive API page (Swagger UI) for the API modes, unless switched off.
         docs_url="/docs" if include_api and container.settings.api_docs else None,
         redoc_url=None,
+        # A redirect to the slash-less path would be built from the Host header, which the client
+        # chooses: an unknown path is a 404 instead.
+        redirect_slashes=False,
     )
     install_error_handlers(app)
     app.add_middleware(BodyLimit)

@@ -1,0 +1,193 @@
+"""A bounded attack on the real service (`mao-memory api` as a child process, loopback only, at most
+50 connections at once, well under a minute): a header flood, slowly trickled heads, idle
+connections and one connection too many. It records the server's resident memory before, at its
+peak and after, and how fast each connection was ended, in tests/output/http-attack.json."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from service.adapters.db.engine import upgrade_schema
+from tests.support.live_http import Answer, read_answer
+from tests.support.processes import OUTPUT, ServiceProcess
+
+pytestmark = pytest.mark.e2e
+
+FLOODERS = 20
+FLOOD_BYTES = 16 * 1024 * 1024  # what each flooder would send, in 64 KiB writes
+TRICKLERS = 15
+IDLERS = 15
+MAX_CONNECTIONS = 40  # the phase over the limit holds this many and opens 10 more
+HEAD_TIMEOUT_S = 10.0  # the default
+MiB = 1024 * 1024
+
+
+def rss(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+class RssSampler:
+    """The server's resident memory every 20 ms, from another thread so the attack never delays it."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.peak = rss(pid)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.02):
+            self.peak = max(self.peak, rss(self.pid))
+
+    def __enter__(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
+    url = f"sqlite+aiosqlite:///{tmp_path_factory.mktemp('attack') / 'memory.db'}"
+    upgrade_schema(url)
+    env = {
+        "MEMORY_DATABASE_URL": url,
+        "MEMORY_HTTP_MAX_CONNECTIONS": str(MAX_CONNECTIONS),
+        "MEMORY_LOG_LEVEL": "ERROR",
+    }
+    process = ServiceProcess("api", env, name="http-attack").start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="module")
+async def client(server: ServiceProcess) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=server.base_url, timeout=5) as http:
+        yield http
+
+
+async def connect(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_connection("127.0.0.1", port)
+
+
+async def flood(port: int) -> Answer:
+    """An endless header: 16 MiB in 64 KiB writes unless the server ends it first."""
+    reader, writer = await connect(port)
+    started = time.monotonic()
+    try:
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Flood: ")
+        for _ in range(FLOOD_BYTES // 65536):
+            writer.write(b"a" * 65536)
+            await writer.drain()
+    except ConnectionError:
+        pass
+    answer = await read_answer(reader, wait_s=15)
+    answer.after_s = time.monotonic() - started
+    writer.close()
+    return answer
+
+
+async def trickle(port: int) -> Answer:
+    """A head sent one byte every half second: it would take about a minute to finish."""
+    reader, writer = await connect(port)
+    head = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"s" * 80 + b"\r\n\r\n"
+
+    async def send() -> None:
+        for byte in head:
+            writer.write(bytes([byte]))
+            await writer.drain()
+            await asyncio.sleep(0.5)
+
+    sender = asyncio.create_task(send())
+    answer = await read_answer(reader, wait_s=HEAD_TIMEOUT_S + 10)
+    sender.cancel()
+    await asyncio.gather(sender, return_exceptions=True)
+    writer.close()
+    return answer
+
+
+async def idle(port: int) -> Answer:
+    reader, writer = await connect(port)
+    answer = await read_answer(reader, wait_s=HEAD_TIMEOUT_S + 10)
+    writer.close()
+    return answer
+
+
+def summary(answers: list[Answer]) -> dict[str, Any]:
+    return {
+        "connections": len(answers),
+        "statuses": sorted({str(a.status) for a in answers}),
+        "closed": sum(a.closed for a in answers),
+        "slowest_close_s": round(max(a.after_s for a in answers), 2),
+    }
+
+
+async def test_a_bounded_attack_is_refused_and_memory_returns_to_its_baseline(
+    server: ServiceProcess, client: httpx.AsyncClient
+) -> None:
+    assert server.process is not None
+    pid, port = server.process.pid, server.port
+    for _ in range(20):  # warm the paths the attack and the checks use
+        assert (await client.get("/healthz")).status_code == 200
+    await asyncio.sleep(1)
+    baseline = rss(pid)
+    report: dict[str, Any] = {"baseline_rss_mib": round(baseline / MiB, 1)}
+    started = time.monotonic()
+
+    with RssSampler(pid) as sampler:
+        flooded = await asyncio.gather(*(flood(port) for _ in range(FLOODERS)))
+        report["header_flood"] = summary(flooded)
+
+        slow = asyncio.gather(
+            *(trickle(port) for _ in range(TRICKLERS)), *(idle(port) for _ in range(IDLERS))
+        )
+        await asyncio.sleep(1)
+        served_meanwhile = (await client.get("/healthz")).status_code
+        stalled = await slow
+        report["slow_heads"] = summary(stalled[:TRICKLERS])
+        report["idle"] = summary(stalled[TRICKLERS:])
+        report["served_during_slow_heads"] = served_meanwhile
+
+        held = [await connect(port) for _ in range(MAX_CONNECTIONS)]
+        await asyncio.sleep(0.2)
+        extra = [await connect(port) for _ in range(50 - MAX_CONNECTIONS)]
+        beyond = await asyncio.gather(*(read_answer(reader, wait_s=5) for reader, _ in extra))
+        for _, writer in held + extra:
+            writer.close()
+        report["over_the_limit"] = summary(beyond)
+
+        await asyncio.sleep(2)
+        report["peak_rss_mib"] = round(sampler.peak / MiB, 1)
+    final = rss(pid)
+    report["final_rss_mib"] = round(final / MiB, 1)
+    report["attack_s"] = round(time.monotonic() - started, 1)
+    report["served_after"] = (await client.get("/healthz")).status_code
+    OUTPUT.mkdir(parents=True, exist_ok=True)
+    (OUTPUT / "http-attack.json").write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps(report, indent=2))
+
+    assert report["header_flood"]["statuses"] == ["431"]
+    assert report["header_flood"]["closed"] == FLOODERS
+    for phase in ("slow_heads", "idle"):
+        assert report[phase]["closed"] == report[phase]["connections"]
+        assert report[phase]["statuses"] == ["None"]  # closed without an answer
+        assert report[phase]["slowest_close_s"] < HEAD_TIMEOUT_S + 3
+    assert report["served_during_slow_heads"] == 200 and report["served_after"] == 200
+    assert report["over_the_limit"]["statuses"] == ["503"]
+    assert report["over_the_limit"]["closed"] == 50 - MAX_CONNECTIONS
+    assert sampler.peak - baseline < 32 * MiB
+    assert final - baseline < 4 * MiB

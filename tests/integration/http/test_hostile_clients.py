@@ -1,0 +1,163 @@
+"""The HTTP server against hostile clients, on the real uvicorn configuration over raw sockets:
+header limits, the head timeout, the connection limit, redirects and duplicated credentials."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from service.adapters.db.engine import upgrade_schema
+from service.config import Settings
+from service.entrypoints.http.server import KEEP_ALIVE_S
+from tests.support.live_http import exchange, live_server, read_answer
+from tests.support.tokens import INTERNAL, SECRET, token
+
+HEAD_TIMEOUT_S = 0.5
+MAX_CONNECTIONS = 4
+
+
+@pytest.fixture
+async def port(tmp_path: Path) -> AsyncIterator[int]:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'memory.db'}"
+    upgrade_schema(url)
+    settings = Settings(  # type: ignore[call-arg]
+        _env_file=None,
+        database_url=url,
+        jwt_secret=SECRET,
+        internal_token=INTERNAL,
+        http_head_timeout_s=HEAD_TIMEOUT_S,
+        http_max_connections=MAX_CONNECTIONS,
+        http_max_header_bytes=8192,
+        http_max_headers=20,
+    )
+    async with live_server(settings) as bound:
+        yield bound
+
+
+def get(path: str, *headers: str, host: str = "127.0.0.1") -> bytes:
+    lines = [f"GET {path} HTTP/1.1", f"Host: {host}", "Connection: close", *headers]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def envelope_code(body: bytes) -> int:
+    return int(json.loads(body)["code"])
+
+
+async def test_a_request_within_the_limits_is_served(port: int) -> None:
+    padding = [f"X-Pad-{i}: {'p' * 300}" for i in range(16)]  # 16 of 20 headers, ~5 of 8 KiB
+    answer = await exchange(port, get("/healthz", *padding))
+    assert answer.status == 200 and answer.closed
+
+
+async def test_a_body_that_arrives_with_its_head_is_not_counted_as_head(port: int) -> None:
+    body = json.dumps({"scope": "USER", "content": "x" * 400, "pad": "y" * 30_000}).encode()
+    request = (
+        f"POST /api/v1/memory HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    answer = await exchange(port, request)
+    assert answer.status == 401  # reached the app: no token sent
+
+
+async def test_a_header_flood_is_refused_with_431_and_the_connection_closed(port: int) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Flood: ")
+    try:
+        for _ in range(64):  # up to 4 MiB, never finished
+            writer.write(b"a" * 65536)
+            await writer.drain()
+    except ConnectionError:
+        pass  # refused and closed while still sending
+    answer = await read_answer(reader)
+    writer.close()
+    assert answer.status == 431 and answer.closed
+    assert answer.headers["connection"] == "close" and envelope_code(answer.body) == 43100
+
+
+async def test_too_many_headers_are_refused_with_431(port: int) -> None:
+    answer = await exchange(port, get("/healthz", *(f"X-H{i}: 1" for i in range(25))))
+    assert answer.status == 431 and answer.closed and envelope_code(answer.body) == 43100
+
+
+async def test_a_connection_sending_no_head_is_closed_after_the_head_timeout(port: int) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    answer = await read_answer(reader, wait_s=5 * HEAD_TIMEOUT_S)
+    writer.close()
+    assert answer.closed and answer.status is None
+    assert HEAD_TIMEOUT_S * 0.8 <= answer.after_s < HEAD_TIMEOUT_S * 3
+
+
+async def test_a_head_trickled_byte_by_byte_is_closed_after_the_head_timeout(port: int) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    request = get("/healthz")
+
+    async def trickle() -> None:
+        for byte in request[:-2]:
+            writer.write(bytes([byte]))
+            await writer.drain()
+            await asyncio.sleep(HEAD_TIMEOUT_S / 10)
+
+    sender = asyncio.create_task(trickle())
+    answer = await read_answer(reader, wait_s=5 * HEAD_TIMEOUT_S)
+    sender.cancel()
+    await asyncio.gather(sender, return_exceptions=True)
+    writer.close()
+    assert answer.closed and answer.status is None
+    assert answer.after_s < HEAD_TIMEOUT_S * 3
+
+
+async def test_a_kept_alive_connection_outlives_the_head_timeout_between_requests(port: int) -> None:
+    """The head timeout must not cut the keep-alive a client relies on (it is KEEP_ALIVE_S)."""
+    assert KEEP_ALIVE_S > 60
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    keep = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    for _ in range(2):
+        writer.write(keep)
+        await writer.drain()
+        status = await reader.readuntil(b"\r\n")
+        assert b" 200 " in status
+        await reader.readuntil(b'{"status":"ok"}')
+        await asyncio.sleep(HEAD_TIMEOUT_S * 3)
+    writer.close()
+
+
+async def test_connections_beyond_the_limit_get_503_at_once(port: int) -> None:
+    held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(MAX_CONNECTIONS)]
+    await asyncio.sleep(0.1)
+    answer = await exchange(port, get("/healthz"), wait_s=2)
+    assert answer.status == 503 and answer.closed and envelope_code(answer.body) == 50300
+    _, writer = held.pop()
+    writer.close()
+    await asyncio.sleep(0.1)
+    assert (await exchange(port, get("/healthz"))).status == 200
+    for _, writer in held:
+        writer.close()
+
+
+async def test_a_trailing_slash_is_404_not_a_redirect_to_the_host_header(port: int) -> None:
+    answer = await exchange(
+        port,
+        get(
+            "/internal/v1/memory/injection/?userId=42",
+            f"Authorization: Bearer {INTERNAL}",
+            host="evil.example",
+        ),
+    )
+    assert answer.status == 404 and "location" not in answer.headers
+    assert envelope_code(answer.body) == 40400
+    assert (await exchange(port, get("/healthz/"))).status == 404
+    assert (await exchange(port, get("/no/such/path"))).status == 404
+
+
+async def test_two_authorization_headers_are_refused(port: int) -> None:
+    good = f"Authorization: Bearer {token(42)}"
+    assert (await exchange(port, get("/api/v1/memory/settings", good))).status == 200
+    twice = await exchange(port, get("/api/v1/memory/settings", good, "Authorization: Bearer x"))
+    assert twice.status == 401 and envelope_code(twice.body) == 40100
+    internal = f"Authorization: Bearer {INTERNAL}"
+    doubled = await exchange(port, get("/internal/v1/memory/injection?userId=42", internal, internal))
+    assert doubled.status == 401
