@@ -18,7 +18,6 @@ import random
 import time
 from collections.abc import Hashable
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 import aiohttp
@@ -34,27 +33,26 @@ from service.adapters.litellm_requests import (
 )
 from service.adapters.llm_failures import FailureClass, LlmError, ProviderHttpError, classify, unusable
 from service.adapters.metrics import Metrics
+from service.adapters.structured_output import (
+    WEAKER,
+    AnswerShape,
+    StructuredOutput,
+    refuses_mode,
+    response_format,
+)
 
-__all__ = ["AnswerShape", "FailureClass", "LlmAnswer", "LlmClient", "LlmError", "StructuredOutput"]
+__all__ = [
+    "AnswerShape",
+    "FailureClass",
+    "LlmAnswer",
+    "LlmClient",
+    "LlmError",
+    "StructuredOutput",
+    "response_format",
+]
 
 # Room for a reasoning model's hidden reasoning on top of the answer cap (`MEMORY_LLM_REASONING_TOKENS`).
 DEFAULT_REASONING_TOKENS = 4096
-
-
-class StructuredOutput(StrEnum):
-    """`MEMORY_LLM_STRUCTURED_OUTPUT`; `auto` picks json_schema where litellm says the model takes one."""
-
-    AUTO = "auto"
-    JSON_SCHEMA = "json_schema"
-    JSON_OBJECT = "json_object"
-    OFF = "off"
-
-
-# The weaker mode to try when a provider refuses one.
-_WEAKER = {
-    StructuredOutput.JSON_SCHEMA: StructuredOutput.JSON_OBJECT,
-    StructuredOutput.JSON_OBJECT: StructuredOutput.OFF,
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,15 +62,6 @@ class LlmAnswer:
     text: str
     model: str
     truncated: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class AnswerShape:
-    """What the caller asks for: the wrapper object's name and its JSON schema, and a token cap."""
-
-    name: str
-    schema: dict[str, Any]
-    max_tokens: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,13 +187,13 @@ class LlmClient:
                 answer = await self._with_retries(call, mode)
                 break
             except LlmError as exc:
-                weaker = _WEAKER.get(mode)
-                if weaker is None or (model, mode) in self._confirmed or not _refuses_mode(exc):
+                weaker = WEAKER.get(mode)
+                if weaker is None or (model, mode) in self._confirmed or not refuses_mode(exc):
                     raise
                 tried.append(mode)
                 mode = weaker
         for refused in tried:
-            self._metrics.llm_mode_fallbacks.labels(refused.value, _WEAKER[refused].value).inc()
+            self._metrics.llm_mode_fallbacks.labels(refused.value, WEAKER[refused].value).inc()
         self._confirmed.add((model, mode))
         self._modes[model] = mode
         return answer
@@ -317,23 +306,3 @@ class LlmClient:
         if error.retry_after is not None:
             return error.retry_after
         return float(self._retry_base_s * (2**attempt) * (0.5 + random.random()))
-
-
-def response_format(mode: StructuredOutput, shape: AnswerShape) -> dict[str, Any] | None:
-    """The request's `response_format`; None when structured output is off."""
-    if mode is StructuredOutput.OFF:
-        return None
-    if mode is StructuredOutput.JSON_SCHEMA:
-        return {
-            "type": "json_schema",
-            "json_schema": {"name": shape.name, "strict": True, "schema": shape.schema},
-        }
-    return {"type": "json_object"}
-
-
-def _refuses_mode(error: LlmError) -> bool:
-    """A 4xx may be the mode's fault, and so may a 5xx that outlasted the retries (llama.cpp's
-    server answers a JSON schema it cannot take with 500); a timeout or a 429 never is."""
-    if error.failure is FailureClass.REJECTED:
-        return True
-    return error.failure is FailureClass.OUTAGE and error.status is not None and error.status >= 500
