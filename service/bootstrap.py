@@ -7,6 +7,7 @@ import contextlib
 import gc
 import logging
 import signal
+import sys
 from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
@@ -23,7 +24,7 @@ from service.adapters.kafka.dead_letters import DeadLetterPublisher
 from service.adapters.kafka.embedded_broker import EmbeddedBroker
 from service.adapters.kafka.runner import KeyOrderedRunner
 from service.adapters.kafka.topics import ensure_topics
-from service.adapters.llm_client import LlmClient
+from service.adapters.llm_client import LlmClient, StructuredOutput
 from service.adapters.metrics import Metrics
 from service.app.caches import CaptureSwitch, ProjectRecorder
 from service.app.consolidation import Consolidator, thresholds
@@ -49,20 +50,34 @@ class Mode(StrEnum):
 
 
 def configure_logging(level: str) -> None:
-    logging.basicConfig(level=level, format="%(message)s")
+    """One JSON line per record on stdout, the service's own and its libraries' (uvicorn, Alembic,
+    aiokafka through the standard `logging`) alike, so a log reader never meets a plain-text line."""
+    stamp = structlog.processors.TimeStamper(fmt="iso", utc=True)
+    render: list[structlog.typing.Processor] = [
+        structlog.processors.format_exc_info,
+        structlog.processors.JSONRenderer(ensure_ascii=False),
+    ]
+    libraries = logging.StreamHandler(sys.stdout)
+    libraries.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[structlog.stdlib.add_logger_name, structlog.stdlib.add_log_level, stamp],
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *render],
+        )
+    )
+    logging.basicConfig(level=level, handlers=[libraries], force=True)
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            structlog.processors.JSONRenderer(ensure_ascii=False),
+            stamp,
+            *render,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level)),
         logger_factory=structlog.PrintLoggerFactory(),
         cache_logger_on_first_use=True,
     )
-    for noisy in ("aiokafka", "LiteLLM", "litellm", "httpx"):
+    # Alembic's context lines come with every readiness probe's schema check.
+    for noisy in ("aiokafka", "LiteLLM", "litellm", "httpx", "alembic"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
@@ -117,7 +132,7 @@ def build_llm(settings: Settings, metrics: Metrics) -> LlmClient:
         max_retries=settings.llm_max_retries,
         retry_base_s=settings.llm_retry_base_s,
         breaker=breaker,
-        structured_output=settings.llm_structured_output,
+        structured_output=StructuredOutput(settings.llm_structured_output),
         max_connections=settings.max_in_flight,
     )
 

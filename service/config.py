@@ -5,17 +5,19 @@ from __future__ import annotations
 import os
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from service.adapters.llm_client import StructuredOutput
 from service.core.model import MAX_MODEL_NAME_CHARS
 from service.core.project_keys import RobotKeys
 
 MIN_JWT_SECRET_BYTES = 32
 DEFAULT_SQLITE_URL = f"sqlite+aiosqlite:///{Path('data') / 'mao-memory.db'}"
+# The model client's `StructuredOutput` values, spelled out so that reading the configuration does
+# not import the client (and aiohttp) into every command; tests/unit/test_cli_startup.py keeps them equal.
+StructuredOutputMode = Literal["auto", "json_schema", "json_object", "off"]
 ENV_FILE_VARIABLE = "MEMORY_ENV_FILE"
 
 
@@ -66,7 +68,7 @@ class Settings(BaseSettings):
     llm_timeout_s: float = Field(default=30.0, gt=0)
     llm_max_retries: int = Field(default=2, ge=0, le=10)
     llm_retry_base_s: float = Field(default=0.5, ge=0)
-    llm_structured_output: StructuredOutput = StructuredOutput.AUTO
+    llm_structured_output: StructuredOutputMode = "auto"
     # 3 facts x 120 characters (up to ~2 tokens each in CJK) plus JSON: ~850 tokens; a local server's
     # default is unlimited, and one answer ran to the end of its context.
     llm_max_tokens: int = Field(default=1024, ge=64)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import secrets
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import NoReturn
 
-import uvloop
 from pydantic import SecretStr, ValidationError
 
 from service.config import Settings, dotenv_file
@@ -26,7 +27,7 @@ def _load_settings() -> Settings:
         raise SystemExit(2) from None
 
 
-def _fail(message: str, code: int = 2) -> None:
+def _fail(message: str, code: int = 2) -> NoReturn:
     print(f"mao-memory: {message}", file=sys.stderr)
     raise SystemExit(code)
 
@@ -80,20 +81,36 @@ def _migrate(settings: Settings, _: argparse.Namespace) -> None:
 
 
 def _retention(settings: Settings, _: argparse.Namespace) -> None:
+    import uvloop
+
     from service.bootstrap import run_retention_once
 
     print(json.dumps(uvloop.run(run_retention_once(settings)).as_dict()))
 
 
 def _dev_token(settings: Settings, args: argparse.Namespace) -> None:
-    from service.entrypoints.http.auth import mint_token
+    """Signs with MEMORY_JWT_SECRET, else with the throwaway secret of the run in this directory."""
+    from service.entrypoints import dev_credentials
+    from service.entrypoints.tokens import mint_token
 
     if settings.jwt_secret is None:
-        _fail("MEMORY_JWT_SECRET is not set: a token signed with anything else would be refused")
+        running = dev_credentials.running_secret()
+        if running is None:
+            _fail(
+                "MEMORY_JWT_SECRET is not set, and no `mao-memory run` with throwaway credentials is "
+                f"running in this directory (it would share them in {dev_credentials.PATH.resolve()}): "
+                "a token signed with anything else would be refused"
+            )
+        pid, secret = running
+        note = f"signed with the throwaway secret of run {pid}, valid while it runs"
+        print(f"mao-memory: {note}", file=sys.stderr)
+        settings = settings.model_copy(update={"jwt_secret": secret})
     print(mint_token(settings, args.user, admin=args.admin, lifetime=timedelta(hours=args.hours)))
 
 
 def _dlq(settings: Settings, args: argparse.Namespace) -> None:
+    import uvloop
+
     from service.adapters.kafka.replay import Selection, replay_dead_letters
 
     bootstrap = settings.kafka_bootstrap or f"127.0.0.1:{settings.embedded_kafka_port}"
@@ -110,7 +127,7 @@ def _with_throwaway_credentials(settings: Settings) -> Settings:
     never with a real Kafka, never in `worker` or `api` mode."""
     if settings.jwt_secret is not None or settings.kafka_bootstrap is not None:
         return settings
-    from service.entrypoints.http.auth import mint_token
+    from service.entrypoints.tokens import mint_token
 
     updates: dict[str, object] = {"jwt_secret": SecretStr(secrets.token_urlsafe(32))}
     if settings.internal_token is None:
@@ -129,21 +146,40 @@ def _with_throwaway_credentials(settings: Settings) -> Settings:
     return throwaway
 
 
+def _share_with_dev_token(settings: Settings, run: contextlib.ExitStack) -> None:
+    """`mao-memory dev-token` in this directory signs with this run's throwaway secret until it exits."""
+    from service.entrypoints import dev_credentials
+
+    assert settings.jwt_secret is not None
+    if run.enter_context(dev_credentials.shared(settings.jwt_secret)):
+        print(
+            "  other users:    mao-memory dev-token --user 42 [--admin], in this directory while this run"
+            f" lasts (it reads {dev_credentials.PATH})",
+            flush=True,
+        )
+
+
 def _serve(settings: Settings, args: argparse.Namespace) -> None:
+    import uvloop
+
     from service.adapters.db.engine import SchemaNotCurrent
     from service.adapters.kafka.embedded_broker import PortTaken
     from service.bootstrap import ConsumerDied, EmbeddedBrokerDied, Mode, configure_logging, serve_forever
 
     mode = Mode(args.command)
-    if mode is Mode.RUN:
-        settings = _with_throwaway_credentials(settings)
-    configure_logging(settings.log_level)
-    try:
-        uvloop.run(serve_forever(settings, mode))
-    except (SchemaNotCurrent, PortTaken) as exc:
-        _fail(str(exc))
-    except (EmbeddedBrokerDied, ConsumerDied) as exc:
-        _fail(str(exc), code=1)
+    with contextlib.ExitStack() as run:
+        if mode is Mode.RUN:
+            throwaway = _with_throwaway_credentials(settings)
+            if throwaway is not settings:
+                _share_with_dev_token(throwaway, run)
+            settings = throwaway
+        configure_logging(settings.log_level)
+        try:
+            uvloop.run(serve_forever(settings, mode))
+        except (SchemaNotCurrent, PortTaken) as exc:
+            _fail(str(exc))
+        except (EmbeddedBrokerDied, ConsumerDied) as exc:
+            _fail(str(exc), code=1)
 
 
 COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], None]] = {

@@ -26,12 +26,14 @@ def embedded_env(tmp_path: Path) -> dict[str, str]:
     }
 
 
-def test_a_taken_broker_port_is_refused_with_a_clear_message(embedded_env: dict[str, str]) -> None:
+def test_a_taken_broker_port_is_refused_with_a_clear_message(
+    embedded_env: dict[str, str], tmp_path: Path
+) -> None:
     """Another instance (or a local Kafka) on the port: joining it would mix two services' data."""
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", int(embedded_env["MEMORY_EMBEDDED_KAFKA_PORT"])))
         squatter.listen()
-        service = ServiceProcess("run", embedded_env, name="port-taken").start(wait_ready=False)
+        service = ServiceProcess("run", embedded_env, name="port-taken", cwd=tmp_path).start(wait_ready=False)
         assert service.process is not None
         code = service.process.wait(timeout=60)
     log = service.log_path.read_text()
@@ -41,9 +43,9 @@ def test_a_taken_broker_port_is_refused_with_a_clear_message(embedded_env: dict[
 
 
 def test_the_service_stops_and_exits_non_zero_when_its_embedded_broker_dies(
-    embedded_env: dict[str, str],
+    embedded_env: dict[str, str], tmp_path: Path
 ) -> None:
-    service = ServiceProcess("run", embedded_env, name="broker-dies").start()
+    service = ServiceProcess("run", embedded_env, name="broker-dies", cwd=tmp_path).start()
     port = embedded_env["MEMORY_EMBEDDED_KAFKA_PORT"]
     try:
         broker = subprocess.run(

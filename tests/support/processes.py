@@ -71,10 +71,12 @@ class TansuBroker:
 
 
 class ServiceProcess:
-    """`mao-memory <mode>` as a child process, configured only through MEMORY_* variables."""
+    """`mao-memory <mode>` as a child process, configured only through MEMORY_* variables, in `cwd`
+    (where a run without credentials shares its throwaway secret, in data/)."""
 
-    def __init__(self, mode: str, env: dict[str, str], name: str = "service") -> None:
+    def __init__(self, mode: str, env: dict[str, str], name: str = "service", cwd: Path = ROOT) -> None:
         self.mode = mode
+        self.cwd = cwd
         self.port = free_port()
         self.env = {
             **os.environ,
@@ -97,7 +99,7 @@ class ServiceProcess:
             env=self.env,
             stdout=log,
             stderr=subprocess.STDOUT,
-            cwd=ROOT,
+            cwd=self.cwd,
         )
         if wait_ready:
             self.wait_ready(timeout_s)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import jwt
@@ -19,15 +20,18 @@ SECRET = "cli-secret-cli-secret-cli-secret-0123456789"
 
 
 def cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    """The command line in a child process, on the suite's environment (tests/conftest.py) plus `env`."""
-    return subprocess.run(
-        [sys.executable, "-m", "service.entrypoints.cli", *args],
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    """The command line in a child process, on the suite's environment (tests/conftest.py) plus `env`,
+    in an empty directory: no `.env`, no local run's throwaway credentials."""
+    with tempfile.TemporaryDirectory() as cwd:
+        return subprocess.run(
+            [sys.executable, "-m", "service.entrypoints.cli", *args],
+            env={**os.environ, **env},
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
 
 
 def caller(settings: Settings, token: str) -> tuple[int, frozenset[str]]:

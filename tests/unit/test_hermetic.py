@@ -1,8 +1,9 @@
-"""The suite is hermetic: a developer's `.env` (docs/api.md's walkthrough writes one) and exported
-`MEMORY_*` variables change no test's outcome."""
+"""The suite is hermetic: a developer's `.env` (docs/api.md's walkthrough writes one), exported
+`MEMORY_*` variables and a `make run` in progress change no test's outcome."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -60,6 +61,10 @@ def test_the_hostile_configuration_is_one_the_service_reads(tmp_path: Path) -> N
 
 def test_a_developers_env_file_and_variables_change_no_test(tmp_path: Path) -> None:
     (tmp_path / ".env").write_text("".join(f"{k}={v}\n" for k, v in DOTENV.items()))
+    # A `make run` without a secret, live in this directory, sharing its throwaway secret.
+    (tmp_path / "data").mkdir()
+    running = {"pid": os.getpid(), "jwt_secret": "running-secret-running-secret-0123456789"}
+    (tmp_path / "data" / ".dev-credentials").write_text(json.dumps(running))
     run = subprocess.run(
         [
             sys.executable,

@@ -7,7 +7,6 @@ import json
 import math
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
 import jwt
@@ -17,9 +16,7 @@ from jwt import exceptions as jwt_errors
 from service.config import Settings
 from service.core.events import BIGINT_MAX
 from service.entrypoints.http.envelope import ApiError
-
-READ_PERMISSION = "memory:read"
-ADMIN_PERMISSION = "memory:admin"
+from service.entrypoints.tokens import ADMIN_PERMISSION, READ_PERMISSION
 
 # One 401 message per cause (docs/api.md lists them). The configuration is checked before the
 # request, so a caller never chases a token problem on a service that accepts none.
@@ -165,22 +162,6 @@ class Authenticator:
         token = _bearer(request).encode()
         if not hmac.compare_digest(token, self._internal):
             raise ApiError(401, WRONG_INTERNAL)
-
-
-def mint_token(settings: Settings, user_id: int, admin: bool, lifetime: timedelta) -> str:
-    """A token this service accepts (`mao-memory dev-token`, the throwaway run): sub as a string,
-    iss/aud when configured."""
-    assert settings.jwt_secret is not None
-    claims: dict[str, object] = {
-        "sub": str(user_id),
-        "exp": int((datetime.now(UTC) + lifetime).timestamp()),
-        "permissions": [READ_PERMISSION, ADMIN_PERMISSION] if admin else [],
-    }
-    if settings.jwt_issuer:
-        claims["iss"] = settings.jwt_issuer
-    if settings.jwt_audience:
-        claims["aud"] = settings.jwt_audience
-    return jwt.encode(claims, settings.jwt_secret.get_secret_value(), algorithm="HS256")
 
 
 def _user_id(sub: object) -> int:

@@ -1,0 +1,64 @@
+"""The throwaway secret a first run shares with `dev-token`: owner-only, for the run's life only."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+from pydantic import SecretStr
+
+from service.entrypoints import dev_credentials
+
+SECRET = SecretStr("shared-secret-shared-secret-0123456789")
+
+
+def dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_shared_while_the_block_runs_owner_only_and_gone_after(tmp_path: Path) -> None:
+    path = tmp_path / "data" / ".dev-credentials"
+    with dev_credentials.shared(SECRET, path) as sharing:
+        assert sharing and stat.S_IMODE(path.stat().st_mode) == 0o600
+        assert dev_credentials.running_secret(path) == (os.getpid(), SECRET)
+    assert not path.exists() and dev_credentials.running_secret(path) is None
+
+
+def test_a_killed_runs_file_is_ignored_and_replaced(tmp_path: Path) -> None:
+    path = tmp_path / ".dev-credentials"
+    path.write_text(json.dumps({"pid": dead_pid(), "jwt_secret": "old"}))
+    path.chmod(0o644)
+    assert dev_credentials.running_secret(path) is None
+    with dev_credentials.shared(SECRET, path) as sharing:
+        assert sharing and stat.S_IMODE(path.stat().st_mode) == 0o600
+        assert dev_credentials.running_secret(path) == (os.getpid(), SECRET)
+
+
+def test_a_live_runs_file_is_left_to_it(tmp_path: Path) -> None:
+    """A second run in the same directory (which fails on the taken ports) must not take it away."""
+    path = tmp_path / ".dev-credentials"
+    with dev_credentials.shared(SECRET, path), dev_credentials.shared(SecretStr("other"), path) as second:
+        assert not second
+        assert dev_credentials.running_secret(path) == (os.getpid(), SECRET)
+
+
+def test_dev_token_ignores_a_killed_runs_file(tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / ".dev-credentials").write_text(json.dumps({"pid": dead_pid(), "jwt_secret": "x"}))
+    made = subprocess.run(
+        [sys.executable, "-m", "service.entrypoints.cli", "dev-token", "--user", "42"],
+        cwd=tmp_path,
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert made.returncode == 2 and "MEMORY_JWT_SECRET is not set" in made.stderr
+    assert str(tmp_path / "data" / ".dev-credentials") in made.stderr
