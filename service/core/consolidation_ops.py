@@ -88,8 +88,12 @@ def relied_on(plan: ConsolidationPlan, shown: Iterable[int]) -> set[int]:
 def decide(
     plan: ConsolidationPlan, group: Group, shown: dict[int, MemoryRow], state: GroupState
 ) -> list[Op] | Abandon:
-    """Ops that keep every fact the plan relied on, or why the group is left alone: a relied-on row
-    that is gone, no longer machine-made and ACTIVE, or reworded since it was shown is stale."""
+    """Ops that keep every fact the plan relied on, or why the group is left alone. A plan that drops
+    every row it was shown and merges none is invalid: a drop is only right while another copy of its
+    fact stays, kept or merged. A relied-on row that is gone, no longer machine-made and ACTIVE, or
+    reworded since it was shown is stale."""
+    if plan.drops and not plan.merges and set(shown) <= set(plan.drops):
+        return Abandon(RunResult.ABANDONED_INVALID, "the plan drops every row and keeps or merges none")
     changed = sorted(
         i
         for i in relied_on(plan, shown)

@@ -83,6 +83,17 @@ def test_a_drop_relies_on_every_kept_row_since_it_never_names_the_one_it_repeats
     assert isinstance(result, Abandon) and result.result is RunResult.ABANDONED_STALE
 
 
+def test_a_plan_that_drops_every_row_and_merges_none_abandons_as_invalid() -> None:
+    """Each drop says its row repeats another memory, but that memory goes too: no copy would stay."""
+    twins = {10: row(10, "喜欢喝绿茶"), 11: row(11, "用户喜欢喝绿茶")}
+    both = ConsolidationPlan(drops=[10, 11])
+    result = decide(both, USER_GROUP, twins, state(list(twins.values()), both))
+    assert isinstance(result, Abandon) and result.result is RunResult.ABANDONED_INVALID
+    every = ConsolidationPlan(drops=[1, 2, 3])
+    result = decided(every, list(SHOWN.values()))
+    assert isinstance(result, Abandon) and result.result is RunResult.ABANDONED_INVALID
+
+
 def test_a_merge_only_plan_relies_on_its_sources_alone() -> None:
     plan = ConsolidationPlan(merges=[Merge((1, 2), "报告一律用中文写")])
     result = decided(plan, [SHOWN[1], SHOWN[2]])  # row 3 gone: the merge does not depend on it
@@ -144,7 +155,8 @@ def test_two_merges_of_one_text_make_one_row() -> None:
 # The property: whatever changed while the model answered, an applied plan never leaves a fact that
 # was ACTIVE under the lock without an ACTIVE row stating it. Contents say which facts they state
 # ("f1+3/x" states facts 1 and 3), and the model is truthful about the rows it was shown: a merge
-# states its sources' facts, and a dropped row's fact is stated by a kept row or a merge.
+# states its sources' facts, and a dropped row's fact is stated by a kept row or a merge. Or it drops
+# every row, as a model does that takes each of two copies for the other's repeat.
 
 CHANGES = ["same", "touched", "deleted", "reworded", "demoted", "dismissed", "edited"]
 
@@ -158,10 +170,10 @@ Scenario = tuple[dict[int, MemoryRow], ConsolidationPlan, list[MemoryRow]]
 
 @st.composite
 def scenarios(draw: st.DrawFn) -> Scenario:
-    """The rows shown, the model's truthful plan, and the user's pool as read under the lock."""
+    """The rows shown, the model's plan, and the user's pool as read under the lock."""
     n = draw(st.integers(2, 7))
     shown = {i: row(i, f"f{draw(st.integers(0, 3))}/{i}") for i in range(1, n + 1)}
-    plan = draw(truthful_plans(shown))
+    plan = draw(st.one_of(truthful_plans(shown), st.just(ConsolidationPlan(drops=list(shown)))))
     changes = draw(st.lists(st.sampled_from(CHANGES), min_size=n, max_size=n))
     pool = [_changed(r, c) for r, c in zip(shown.values(), changes, strict=True) if c != "deleted"]
     # Rows outside the group's input that a merged text may restate: demoted, rejected or the user's.
