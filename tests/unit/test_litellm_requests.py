@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from service.adapters.litellm_requests import chat_endpoint, model_params
+from service.adapters.litellm_requests import chat_endpoint, lowest_effort, model_params
 from service.adapters.llm_client import import_litellm
 
 litellm = import_litellm()
@@ -102,6 +102,32 @@ def test_each_model_gets_the_parameters_it_takes(
     endpoint = chat_endpoint(litellm, model, "http://h/v1", "k")
     assert endpoint is not None
     assert endpoint.params(litellm, model_params(litellm, model, 512, effort, 4096)) == expected
+
+
+class ModelMap:
+    """litellm as far as `lowest_effort` asks it: one model's row of the map, or no row at all."""
+
+    def __init__(self, row: dict[str, Any] | None) -> None:
+        self.row = row
+
+    def get_model_info(self, model: str, custom_llm_provider: str) -> dict[str, Any]:
+        if self.row is None:
+            raise ValueError("This model isn't mapped yet.")
+        return self.row
+
+
+@pytest.mark.parametrize(
+    ("row", "expected"),
+    [
+        ({"reasoning_effort_levels": ["high", "medium"]}, "medium"),  # a row listing its levels
+        ({"supports_none_reasoning_effort": True, "supports_minimal_reasoning_effort": True}, "none"),
+        ({"supports_none_reasoning_effort": False, "supports_minimal_reasoning_effort": True}, "minimal"),
+        ({"supports_reasoning": True}, "low"),
+        (None, "low"),
+    ],
+)
+def test_the_lowest_effort_is_read_from_the_model_map(row: dict[str, Any] | None, expected: str) -> None:
+    assert lowest_effort(ModelMap(row), "m", "openai") == expected
 
 
 @pytest.mark.parametrize("model", ["anthropic/claude-sonnet-4-20250514", "anthropic/claude-haiku-4-5"])
