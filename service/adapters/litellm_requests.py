@@ -77,9 +77,9 @@ def model_params(
     """The call's parameters before litellm maps them, the same on both paths. A model that reasons
     on every call (litellm's mapping will not send it temperature 0: gpt-5, gpt-5-mini, the
     o-series) gets a reasoning effort (`effort`, else the lowest it takes) and `reasoning_tokens`
-    more room, since its hidden reasoning is spent inside the completion budget. A parameter the
-    model does not take is dropped by litellm (`drop_params`), and litellm sends the budget as
-    `max_completion_tokens` where the model wants it."""
+    more room, since its hidden reasoning is spent inside the completion budget (never beyond the
+    model's own output limit). A parameter the model does not take is dropped by litellm
+    (`drop_params`), and litellm sends the budget as `max_completion_tokens` where the model wants it."""
     plain: dict[str, Any] = {"temperature": 0, "max_tokens": answer_tokens, "drop_params": True}
     name, provider, _, _ = litellm.get_llm_provider(model=model)
     if "reasoning_effort" not in (
@@ -91,24 +91,28 @@ def model_params(
     )
     if "temperature" in probe:
         return plain  # reasoning off unless asked for (Claude's thinking, gpt-5.1): left off
-    level = effort or lowest_effort(litellm, name, provider)
-    return plain | {"max_tokens": answer_tokens + reasoning_tokens, "reasoning_effort": level}
-
-
-def lowest_effort(litellm: Any, name: str, provider: str) -> str:
-    """The cheapest effort litellm's model map says the model takes; "low" is taken by every
-    reasoning model OpenAI serves, "minimal" (gpt-5) and "none" (gpt-5.1 on) only where flagged."""
     try:
-        info = litellm.get_model_info(model=name, custom_llm_provider=provider)
+        row = dict(litellm.get_model_info(model=name, custom_llm_provider=provider))
     except Exception:
-        return "low"
-    levels = info.get("reasoning_effort_levels")
+        row = {}  # a model outside litellm's map
+    budget = answer_tokens + reasoning_tokens
+    return plain | {
+        "max_tokens": min(budget, row.get("max_output_tokens") or budget),
+        "reasoning_effort": effort or lowest_effort(row),
+    }
+
+
+def lowest_effort(row: dict[str, Any]) -> str:
+    """The cheapest effort a model's row of litellm's map says it takes: its listed levels, else
+    "none" or "minimal" where flagged (gpt-5.1 on, gpt-5), else "low", which every reasoning model
+    OpenAI serves takes."""
+    levels = row.get("reasoning_effort_levels")
     if levels:
         return str(
             min(levels, key=lambda level: EFFORT_LEVELS.index(level) if level in EFFORT_LEVELS else 99)
         )
     for level in ("none", "minimal"):
-        if info.get(f"supports_{level}_reasoning_effort"):
+        if row.get(f"supports_{level}_reasoning_effort"):
             return level
     return "low"
 

@@ -104,18 +104,6 @@ def test_each_model_gets_the_parameters_it_takes(
     assert endpoint.params(litellm, model_params(litellm, model, 512, effort, 4096)) == expected
 
 
-class ModelMap:
-    """litellm as far as `lowest_effort` asks it: one model's row of the map, or no row at all."""
-
-    def __init__(self, row: dict[str, Any] | None) -> None:
-        self.row = row
-
-    def get_model_info(self, model: str, custom_llm_provider: str) -> dict[str, Any]:
-        if self.row is None:
-            raise ValueError("This model isn't mapped yet.")
-        return self.row
-
-
 @pytest.mark.parametrize(
     ("row", "expected"),
     [
@@ -123,11 +111,17 @@ class ModelMap:
         ({"supports_none_reasoning_effort": True, "supports_minimal_reasoning_effort": True}, "none"),
         ({"supports_none_reasoning_effort": False, "supports_minimal_reasoning_effort": True}, "minimal"),
         ({"supports_reasoning": True}, "low"),
-        (None, "low"),
+        ({}, "low"),  # a model outside litellm's map
     ],
 )
-def test_the_lowest_effort_is_read_from_the_model_map(row: dict[str, Any] | None, expected: str) -> None:
-    assert lowest_effort(ModelMap(row), "m", "openai") == expected
+def test_the_lowest_effort_is_read_from_the_model_map(row: dict[str, Any], expected: str) -> None:
+    assert lowest_effort(row) == expected
+
+
+def test_the_reasoning_budget_stays_within_the_models_output_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    info = litellm.get_model_info(model="o4-mini", custom_llm_provider="openai")
+    monkeypatch.setattr(litellm, "get_model_info", lambda **_: {**info, "max_output_tokens": 5000})
+    assert model_params(litellm, "openai/o4-mini", 1024, None, 8192)["max_tokens"] == 5000
 
 
 @pytest.mark.parametrize("model", ["anthropic/claude-sonnet-4-20250514", "anthropic/claude-haiku-4-5"])
