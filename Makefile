@@ -58,11 +58,12 @@ lint: install
 unit: install
 	$(BIN)/pytest tests/unit
 
-## The console screenshots in docs/screenshots (needs MariaDB and Chromium, like `make test`).
+## The console's and /docs' screenshots in docs/screenshots (needs MariaDB and Chromium, like `make test`).
 screenshots: install
 	scripts/ensure-mariadb
 	scripts/ensure-tools
 	MEMORY_SCREENSHOTS_DIR=docs/screenshots $(BIN)/pytest -p no:cacheprovider tests/e2e/test_console.py -k screenshots
+	MEMORY_SCREENSHOTS_DIR=docs/screenshots $(BIN)/pytest -p no:cacheprovider tests/e2e/test_api_docs.py
 
 schemas: install
 	$(BIN)/python scripts/generate_schemas.py

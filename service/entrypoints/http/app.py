@@ -12,6 +12,7 @@ from fastapi.staticfiles import StaticFiles
 
 from service.app.memories import MemoryService
 from service.entrypoints.http.admin_routes import admin_router
+from service.entrypoints.http.api_docs import install_api_docs
 from service.entrypoints.http.auth import Authenticator
 from service.entrypoints.http.body_limit import BodyLimit
 from service.entrypoints.http.envelope import install_error_handlers
@@ -46,8 +47,7 @@ def create_app(container: Container, include_api: bool, checks: dict[str, Check]
         title="mao-memory",
         version="0.1.0",
         description="Cross-session long-term memory: user CRUD, auto-capture switch, admin audit, injection.",
-        # The interactive API page (Swagger UI) for the API modes, unless switched off.
-        docs_url="/docs" if include_api and container.settings.api_docs else None,
+        docs_url=None,  # FastAPI's page loads Swagger UI from a CDN; `install_api_docs` serves it
         redoc_url=None,
         # A redirect to the slash-less path would be built from the Host header, which the client
         # chooses: an unknown path is a 404 instead.
@@ -55,6 +55,8 @@ def create_app(container: Container, include_api: bool, checks: dict[str, Check]
     )
     install_error_handlers(app)
     app.add_middleware(BodyLimit)
+    if include_api and container.settings.api_docs:
+        install_api_docs(app)  # the interactive API page, unless switched off
     app.include_router(ops_router(container.metrics, checks))
     if include_api:
         settings = container.settings
