@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Hashable
 from datetime import timedelta
 from typing import Any
 
@@ -145,9 +146,16 @@ class UpdateWhileAnswering:
         return self._llm.mode(model)
 
     async def complete(
-        self, purpose: str, model: str, messages: list[dict[str, str]], shape: AnswerShape, wait: bool = True
+        self,
+        purpose: str,
+        model: str,
+        messages: list[dict[str, str]],
+        shape: AnswerShape,
+        wait: bool = True,
+        *,
+        caller: Hashable | None = None,
     ) -> LlmAnswer:
-        answer = await self._llm.complete(purpose, model, messages, shape, wait)
+        answer = await self._llm.complete(purpose, model, messages, shape, wait, caller=caller)
         if purpose == "consolidation":
             await self._meanwhile()
         return answer
