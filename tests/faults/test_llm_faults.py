@@ -280,7 +280,7 @@ async def test_one_event_the_model_always_fails_on_holds_no_other_event_up(
 FAULT_FUZZ = settings(
     max_examples=int(os.environ.get("MEMORY_FUZZ_EXAMPLES", "300")),
     deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    suppress_health_check=[HealthCheck.too_slow],
 )
 
 

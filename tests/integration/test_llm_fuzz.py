@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -39,7 +39,7 @@ _markers = (f"fuzz-{n}" for n in itertools.count())
 FUZZ = settings(
     max_examples=EXAMPLES,
     deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    suppress_health_check=[HealthCheck.too_slow],
 )
 
 
@@ -50,7 +50,6 @@ class Scripted:
     rule: dict[str, Any]
     expected: str  # a FailureClass value, ANSWER or TRUNCATED
     kind: str | None = None  # the LlmError's metric label, for failures
-    note: str = field(default="", compare=False)
 
 
 def status_class(status: int) -> FailureClass:
