@@ -1,7 +1,9 @@
 """Lifecycle: why a row is dismissed, ids never reused, one identity rule, consolidation due time.
 
-- `memory_item.dismissed_by`: a DISMISSED row whose last change was a D14 demotion is CAPACITY,
-  every other DISMISSED row USER.
+- `memory_item.dismissed_by`: a DISMISSED row whose last status change (a dismiss, demote or restore;
+  an edit or a touch changes none) was a D14 demotion is CAPACITY, every other DISMISSED row USER. A
+  row demoted for room that the user then edited without restoring it (revision 0001 made it MANUAL
+  and kept it DISMISSED) was never rejected.
 - SQLite: `memory_item` and `memory_history` get AUTOINCREMENT; both dialects' counters start past
   every id any history row names, so a deleted memory's trail never shows up under a new one.
 - Every `dedup_hash` is recomputed with the identity rule (NFKC, invisible characters removed,
@@ -13,9 +15,9 @@
 
   | the fact's state: the first line that holds                          | state                |
   |----------------------------------------------------------------------|----------------------|
-  | a twin was dismissed by the user and no MANUAL ACTIVE twin was       | DISMISSED (USER)     |
-  | written after that dismissal: a rejection stands unless the user's   |                      |
-  | own newer word says otherwise                                        |                      |
+  | a twin was dismissed by the user and no ACTIVE twin was written or   | DISMISSED (USER)     |
+  | restored by the user after that dismissal: a rejection stands unless |                      |
+  | the user's own newer word says otherwise                             |                      |
   | a twin is ACTIVE: no active fact disappears                          | ACTIVE               |
   | every twin was dismissed for capacity                                | DISMISSED (CAPACITY) |
 
@@ -26,10 +28,12 @@
   | of those, the ones already in the state above                                               |
   | of those, the oldest (created_at, then id)                                                  |
 
-  A twin was dismissed at its `updated_at` (the machine never changes a dismissed row). A MANUAL
-  twin was written at its creation or at the user's latest history entry on it (an edit, a
-  restore), never its `updated_at`, which revision 0001 also moved when the machine touched a MANUAL
-  row on an exact hit. `dismissed_by` is derived before the merge (above), so all of this holds on a
+  A twin was dismissed at its `updated_at` (the machine never changes a dismissed row). The user's
+  word on an ACTIVE twin is their latest create, edit or restore entry in its history, and for a
+  MANUAL twin its creation too; never its `updated_at`, which revision 0001 also moved when the
+  machine touched a row on an exact hit, nor a dismiss or delete in the trail of a deleted row whose
+  id revision 0001's SQLite gave to a new one. A machine-made twin the user never restored carries
+  no word of theirs. `dismissed_by` is derived before the merge (above), so all of this holds on a
   revision-0001 database. Two MANUAL twins cannot both stay, `(user_id, dedup_hash)` being unique:
   one survives by the lines above and the other is deleted. Nothing the user said is lost: the two
   texts differ only by compatibility forms and invisible characters, the survivor carries the
@@ -109,9 +113,13 @@ def upgrade() -> None:
 
 
 def _backfill_dismissed_by(conn: sa.Connection) -> None:
-    last_action = (
+    last_status_change = (
         sa.select(history.c.action)
-        .where(history.c.user_id == item.c.user_id, history.c.memory_id == item.c.id)
+        .where(
+            history.c.user_id == item.c.user_id,
+            history.c.memory_id == item.c.id,
+            history.c.action.in_(("dismiss", "demote", "restore")),
+        )
         .order_by(history.c.id.desc())
         .limit(1)
         .scalar_subquery()
@@ -119,7 +127,7 @@ def _backfill_dismissed_by(conn: sa.Connection) -> None:
     conn.execute(
         item.update()
         .where(item.c.status == "DISMISSED")
-        .values(dismissed_by=sa.case((last_action == "demote", "CAPACITY"), else_="USER"))
+        .values(dismissed_by=sa.case((last_status_change == "demote", "CAPACITY"), else_="USER"))
     )
 
 
@@ -170,7 +178,7 @@ class Twin(NamedTuple):
     dismissed_by: str | None
     created_at: datetime
     updated_at: datetime
-    spoken_at: datetime | None  # the user's latest history entry on the row
+    spoken_at: datetime | None  # the user's latest create, edit or restore entry on the row
 
     @classmethod
     def of(cls, row: dict[str, Any], spoken_at: datetime | None) -> Twin:
@@ -198,8 +206,8 @@ CAPACITY_DISMISSED: State = ("DISMISSED", "CAPACITY")
 def merge_twins(twins: Sequence[Twin]) -> Merge:
     """The precedence of the module's tables: which twin survives, and in which state."""
     rejected = [t.updated_at for t in twins if t.state == USER_DISMISSED]
-    written = [max(t.created_at, t.spoken_at or t.created_at) for t in twins if _manual_active(t)]
-    if rejected and not (written and max(written) > max(rejected)):
+    said = [at for t in twins if (at := _said_active(t)) is not None]
+    if rejected and not (said and max(said) > max(rejected)):
         state = USER_DISMISSED
     elif any(t.status == "ACTIVE" for t in twins):
         state = ACTIVE
@@ -210,8 +218,13 @@ def merge_twins(twins: Sequence[Twin]) -> Merge:
     return Merge(survivor.id, state, tuple(t.id for t in twins if t.id != survivor.id))
 
 
-def _manual_active(twin: Twin) -> bool:
-    return twin.source == "MANUAL" and twin.state == ACTIVE
+def _said_active(twin: Twin) -> datetime | None:
+    """When the user last said an ACTIVE twin holds: by writing it (MANUAL) or restoring it."""
+    if twin.state != ACTIVE:
+        return None
+    if twin.source == "MANUAL":
+        return max(twin.created_at, twin.spoken_at or twin.created_at)
+    return twin.spoken_at
 
 
 def _fold(conn: sa.Connection, user_id: int, group: list[dict[str, Any]], now: datetime) -> dict[str, Any]:
@@ -220,7 +233,12 @@ def _fold(conn: sa.Connection, user_id: int, group: list[dict[str, Any]], now: d
     spoken = dict(
         conn.execute(
             sa.select(history.c.memory_id, sa.func.max(history.c.created_at))
-            .where(history.c.user_id == user_id, history.c.memory_id.in_(by_id), history.c.actor == "user")
+            .where(
+                history.c.user_id == user_id,
+                history.c.memory_id.in_(by_id),
+                history.c.actor == "user",
+                history.c.action.in_(("create", "edit", "restore")),
+            )
             .group_by(history.c.memory_id)
         ).all()
     )

@@ -30,11 +30,16 @@ OLDER_TEXT, NEWER_TEXT, THIRD_TEXT = "报告写成中文!", "报告写成中文�
 Event = tuple[str, str, int]  # history action, actor, day
 
 # Each kind as revision 0001 left it: (source, status, history from the row's first day). Only AUTO
-# rows were ever demoted there, and nothing but the user changed a MANUAL row's status.
+# rows were ever demoted there, nothing but the user changed a MANUAL row's status, and a user's edit
+# made a row MANUAL and kept its status.
 KINDS: dict[str, tuple[str, str, list[Event]]] = {
     "A": ("AUTO", "ACTIVE", [("insert", "auto", 0)]),
     "AR": ("AUTO", "DISMISSED", [("insert", "auto", 0), ("dismiss", "user", 2)]),
     "AD": ("AUTO", "DISMISSED", [("insert", "auto", 0), ("demote", "auto", 2)]),
+    # Demoted for room, then restored by the user: their word that the fact holds.
+    "AT": ("AUTO", "ACTIVE", [("insert", "auto", 0), ("demote", "auto", 2), ("restore", "user", 4)]),
+    # Demoted for room, then edited by the user without restoring it: never rejected.
+    "AE": ("MANUAL", "DISMISSED", [("insert", "auto", 0), ("demote", "auto", 2), ("edit", "user", 4)]),
     "C": ("CONSOLIDATED", "ACTIVE", [("merge", "consolidator", 0)]),
     "CR": ("CONSOLIDATED", "DISMISSED", [("merge", "consolidator", 0), ("dismiss", "user", 2)]),
     "M": ("MANUAL", "ACTIVE", [("create", "user", 0)]),
@@ -42,17 +47,20 @@ KINDS: dict[str, tuple[str, str, list[Event]]] = {
 }
 
 # Row: the older twin's kind; column: the newer twin's. Cell: the survivor (o older, n newer) and its
-# state (A ACTIVE, U dismissed by the user, C dismissed for capacity). The older twin's dismissal is on
-# day 2, before the newer twin is written; the newer twin's on day 7.
+# state (A ACTIVE, U dismissed by the user, C dismissed for capacity). The older twin's dismissal or
+# demotion is on day 2 and its restore or edit on day 4, before the newer twin is written; the newer
+# twin's on days 7 and 9.
 EXPECTED = """
-        A   AR  AD  C   CR  M   MR
-    A   oA  nU  oA  oA  nU  nA  nU
-    AR  oU  oU  oU  oU  oU  nA  nU
-    AD  nA  nU  oC  nA  nU  nA  nU
-    C   oA  nU  oA  oA  nU  nA  nU
-    CR  oU  oU  oU  oU  oU  nA  nU
-    M   oA  oU  oA  oA  oU  oA  nU
-    MR  oU  oU  oU  oU  oU  nA  oU
+        A   AR  AD  AT  AE  C   CR  M   MR
+    A   oA  nU  oA  oA  nA  oA  nU  nA  nU
+    AR  oU  oU  oU  nA  nU  oU  oU  nA  nU
+    AD  nA  nU  oC  nA  nC  nA  nU  nA  nU
+    AT  oA  nU  oA  oA  nA  oA  nU  nA  nU
+    AE  oA  oU  oC  oA  oC  oA  oU  nA  nU
+    C   oA  nU  oA  oA  nA  oA  nU  nA  nU
+    CR  oU  oU  oU  nA  nU  oU  oU  nA  nU
+    M   oA  oU  oA  oA  oA  oA  oU  oA  nU
+    MR  oU  oU  oU  oA  oU  oU  oU  nA  oU
 """
 STATES = {"A": ("ACTIVE", None), "U": ("DISMISSED", "USER"), "C": ("DISMISSED", "CAPACITY")}
 
@@ -77,13 +85,16 @@ class Row:
     status: str
     content: str
     events: list[Event]
+    created_day: int | None = None  # when not the first event's: a reused id's trail starts earlier
 
     @property
     def state(self) -> tuple[str, str | None]:
-        """(status, dismissed_by) as 0002 derives it: CAPACITY after a demotion, else USER."""
+        """(status, dismissed_by) as 0002 derives it: CAPACITY when the last status change was a
+        demotion, else USER."""
         if self.status == "ACTIVE":
             return "ACTIVE", None
-        return "DISMISSED", "CAPACITY" if self.events[-1][0] == "demote" else "USER"
+        changes = [action for action, _, _ in self.events if action in ("dismiss", "demote", "restore")]
+        return "DISMISSED", "CAPACITY" if changes[-1:] == ["demote"] else "USER"
 
 
 def kind(row_id: int, name: str, content: str, first_day: int) -> Row:
@@ -121,6 +132,10 @@ def scenarios() -> dict[int, list[Row]]:
     ]
     # Three twins: a capacity demotion, an active fact, and the user's own row they dismissed later.
     users[3] = [kind(31, "AD", OLDER_TEXT, 0), kind(32, "A", NEWER_TEXT, 3), kind(33, "MR", THIRD_TEXT, 5)]
+    # Revision 0001's SQLite gave the id of a row the user dismissed and deleted (days 3 and 4) to a new
+    # AUTO lookalike on day 6: that trail is not the user's word on the new row.
+    reused = [("insert", "auto", 0), ("dismiss", "user", 3), ("delete", "user", 4), ("insert", "auto", 6)]
+    users[4] = [kind(41, "AR", OLDER_TEXT, 0), Row(42, "AUTO", "ACTIVE", NEWER_TEXT, reused, created_day=6)]
     return users
 
 
@@ -149,7 +164,7 @@ def _seed(conn: sa.Connection, users: dict[int, list[Row]]) -> None:
                     status=row.status,
                     dedup_hash=hashlib.sha1(f"USER||{row.content}".encode()).hexdigest(),
                     origin_session_id=None,
-                    created_at=_at(row.events[0][2]),
+                    created_at=_at(row.events[0][2] if row.created_day is None else row.created_day),
                     updated_at=_at(row.events[-1][2]),
                 )
             )
@@ -231,6 +246,10 @@ def test_restoring_a_manual_row_after_the_twins_rejection_keeps_the_fact_active(
 
 def test_three_twins_fold_into_the_users_row_carrying_the_rejection(migrated: Migrated) -> None:
     assert_folded(migrated, 3, 33, ("DISMISSED", "USER"))
+
+
+def test_a_deleted_rows_trail_under_a_reused_id_is_not_the_users_word(migrated: Migrated) -> None:
+    assert_folded(migrated, 4, 41, ("DISMISSED", "USER"))
 
 
 def test_the_twins_are_twins() -> None:
