@@ -9,7 +9,7 @@ provider routing (`get_llm_provider`), parameter mapping (`get_optional_params`)
 config's URL, headers and `transform_request`, and the headers the OpenAI SDK derives from the
 configuration (organization, project, `litellm.headers`). A configuration this path does not
 reproduce (no static API key, custom SDK headers, a proxy, relaxed TLS, litellm's experimental
-handler, provider config defaults) sends the model through `acompletion`, as are models of other
+handler, provider config defaults) sends the model through `acompletion`, and so do models of other
 providers (Anthropic, Bedrock, Vertex, Gemini, …), whose wire formats litellm translates.
 
 These are litellm interfaces outside its documented API: the version range is pinned in
