@@ -10,7 +10,7 @@ import structlog
 from service.adapters.db.database import Database, UnitOfWork
 from service.adapters.db.memory_repository import HistoryEntry, ItemRecord, ListFilter
 from service.app.caches import CaptureSwitch
-from service.core.injection_prompt import MemoryHint, render_injection
+from service.core.injection_prompt import MemoryHint, injected, render_injection
 from service.core.model import (
     INJECT_PROJECT_LIMIT,
     INJECT_USER_LIMIT,
@@ -199,5 +199,5 @@ class MemoryService:
             window = await uow.memories.injection_window(
                 user_id, project_key, INJECT_PROJECT_LIMIT, INJECT_USER_LIMIT
             )
-        hints = [MemoryHint(scope, key or None, content) for scope, key, content in window]
+        hints = injected(MemoryHint(scope, key or None, content) for scope, key, content in window)
         return Injection(hints, render_injection(hints))

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 
 from service.core.model import Scope
-from service.core.normalize import clean_content
+from service.core.normalize import clean_content, strip_hostile
 
 HEADING = "## 长期记忆"
 PREAMBLE = "以下是关于这位用户与当前项目的已确认记忆;与用户当前消息或工作区规则冲突时,以用户当前消息为准:"
@@ -24,18 +25,25 @@ def one_line(text: str) -> str:
     return clean_content(text).replace("```", "'''")
 
 
-def render_injection(hints: list[MemoryHint]) -> str:
+def injected(hints: Iterable[MemoryHint]) -> list[MemoryHint]:
+    """The hints as the harness gets them in `memories`: the content the prompt shows (`one_line`),
+    the project key without control or direction characters, empty contents dropped."""
+    return [
+        replace(hint, content=content, project_key=hint.project_key and strip_hostile(hint.project_key))
+        for hint in hints
+        if (content := one_line(hint.content))
+    ]
+
+
+def render_injection(hints: Iterable[MemoryHint]) -> str:
     """Empty string when there is nothing to inject, so the harness adds no section at all."""
     lines = []
-    for hint in hints:
-        content = one_line(hint.content)
-        if not content:
-            continue
+    for hint in injected(hints):
         if hint.scope is Scope.PROJECT:
             key = one_line(hint.project_key or "").replace("]", ")")
-            lines.append(f"- [项目:{key}] {content}")
+            lines.append(f"- [项目:{key}] {hint.content}")
         else:
-            lines.append(f"- [用户] {content}")
+            lines.append(f"- [用户] {hint.content}")
     if not lines:
         return ""
     return "\n".join([HEADING, PREAMBLE, *lines])

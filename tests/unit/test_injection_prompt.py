@@ -1,5 +1,9 @@
-from service.core.injection_prompt import HEADING, PREAMBLE, MemoryHint, render_injection
+from hypothesis import given
+from hypothesis import strategies as st
+
+from service.core.injection_prompt import HEADING, PREAMBLE, MemoryHint, injected, render_injection
 from service.core.model import Scope
+from service.core.normalize import hostile_character
 
 
 def test_renders_the_seed_section_exactly() -> None:
@@ -34,3 +38,28 @@ def test_hostile_content_stays_inside_one_list_item() -> None:
     assert sum(line.startswith("#") for line in lines) == 1
     assert "```" not in prompt and "\u202e" not in prompt
     assert lines[3].startswith("- [项目:k) ## x] ")
+
+
+def test_the_memories_carry_the_text_the_prompt_shows() -> None:
+    hints = injected(
+        [
+            MemoryHint(Scope.PROJECT, "ma\u202eo", "该仓库\u2066测试\x00用 ```Vitest```"),
+            MemoryHint(Scope.USER, None, "\u200b\u2067"),
+            MemoryHint(Scope.USER, None, "输出报告\n用中文"),
+        ]
+    )
+    assert hints == [
+        MemoryHint(Scope.PROJECT, "mao", "该仓库测试 用 '''Vitest'''"),
+        MemoryHint(Scope.USER, None, "输出报告 用中文"),
+    ]
+    lines = render_injection(hints).split("\n")[2:]
+    assert lines == [f"- [项目:mao] {hints[0].content}", f"- [用户] {hints[1].content}"]
+
+
+@given(st.text(), st.text(), st.sampled_from(list(Scope)))
+def test_no_injected_field_holds_a_control_or_direction_character(
+    content: str, key: str, scope: Scope
+) -> None:
+    hints = injected([MemoryHint(scope, key, content)])
+    for text in [render_injection(hints), *(h.content for h in hints), *(h.project_key or "" for h in hints)]:
+        assert hostile_character(text) is None

@@ -12,6 +12,17 @@ from service.entrypoints.http.api_models import CreateUserMemory
 # ECMA-262's \s: what a JavaScript client or a schema-driven generator treats as whitespace.
 ECMA_SPACE = "\t\n\v\f\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
 SAMPLES = ["\x1e\x1e", " \x1c\x1d\x1f ", "\x85", "\u3000\u2028", " \t\n", "\ufeff", "a", " 记忆 ", "\x1ex"]
+# The stored-text rule: no control or direction character, something visible.
+SAMPLES += [
+    "a\x00",
+    "\x00a",
+    "记\u202e忆",
+    "\u2066记忆\u2069",
+    "\x9b",
+    "\u200b\u200b",
+    "a\x7f",
+    "记忆\u200d\u200b",
+]
 
 
 def _accepted(content: str) -> bool:

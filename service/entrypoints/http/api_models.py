@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -12,6 +13,7 @@ from pydantic.alias_generators import to_camel
 from service.adapters.db.memory_repository import ItemRecord
 from service.core.injection_prompt import MemoryHint
 from service.core.model import MAX_MANUAL_CONTENT_CHARS, MAX_MODEL_NAME_CHARS, MAX_PROJECT_KEY_CHARS
+from service.core.normalize import is_hostile, is_visible, text_problem
 
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 
@@ -39,21 +41,41 @@ class CamelModel(BaseModel):
         return data
 
 
+def _char_class(wanted: Callable[[str], bool]) -> str:
+    """The characters of the Basic Multilingual Plane for which `wanted` holds, as regex ranges
+    that Python's and ECMA's regexes read alike (`\\uXXXX`)."""
+    ranges: list[list[int]] = []
+    for code in range(0x10000):
+        if 0xD800 <= code <= 0xDFFF or not wanted(chr(code)):
+            continue
+        if ranges and ranges[-1][1] == code - 1:
+            ranges[-1][1] = code
+        else:
+            ranges.append([code, code])
+    return "".join(f"\\u{a:04x}" if a == b else f"\\u{a:04x}-\\u{b:04x}" for a, b in ranges)
+
+
+# The stored-text rule (service/core/normalize.py) as a pattern: no control or direction character
+# anywhere, and a visible one somewhere. ECMA's \s lacks U+001C-U+001F and U+0085, which
+# str.strip() removes; they are controls, so the visible class leaves them out under either dialect.
+_HOSTILE = _char_class(is_hostile)
+_VISIBLE = f"[^\\s{_char_class(lambda ch: not is_visible(ch))}]"
+TEXT_PATTERN = f"^[^{_HOSTILE}]*{_VISIBLE}[^{_HOSTILE}]*$"
+
+
 def _trimmed(limit: int) -> Any:
-    """5.3: trimmed with Python's notion of whitespace, then 1–`limit` characters (a Chinese
-    character counts as one). The schema states the same rule for generators and clients."""
+    """5.3: trimmed with Python's notion of whitespace, then the stored-text rule: 1–`limit`
+    characters (a Chinese character counts as one), not blank, no control or direction character
+    (refused, not removed: the user sees what was typed). The schema states the same rule for
+    generators and clients, blank as "only whitespace"."""
 
     def check(value: str) -> str:
         value = value.strip()
-        if not value:
-            raise ValueError("must not be blank")
-        if len(value) > limit:
-            raise ValueError(f"must be at most {limit} characters")
+        if (problem := text_problem(value, limit)) is not None:
+            raise ValueError(problem)
         return value
 
-    # ECMA's \s lacks U+001C-U+001F and U+0085, which str.strip() removes; naming them keeps an
-    # all-separator string out of what the schema calls valid under either regex dialect.
-    schema = {"type": "string", "minLength": 1, "maxLength": limit, "pattern": r"[^\s\u001c-\u001f\u0085]"}
+    schema = {"type": "string", "minLength": 1, "maxLength": limit, "pattern": TEXT_PATTERN}
     return (AfterValidator(check), WithJsonSchema(schema))
 
 
