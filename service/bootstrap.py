@@ -134,6 +134,8 @@ def build_llm(settings: Settings, metrics: Metrics) -> LlmClient:
         breaker=breaker,
         structured_output=StructuredOutput(settings.llm_structured_output),
         max_connections=settings.max_in_flight,
+        reasoning_effort=settings.llm_reasoning_effort,
+        reasoning_tokens=settings.llm_reasoning_tokens,
     )
 
 
