@@ -1,11 +1,13 @@
 """Database errors are classed by code on a real MariaDB and SQLite: outages are waited out, bugs are not.
 
 Each error is produced for real (two connections crossing locks, a killed connection, a read-only
-transaction, a statement timeout, a wrong password, a user without a grant, a database that does not
-exist, a closed port, a missing column), then classified; MySQL's own statement timeout (3024), which
-MariaDB cannot raise, goes through each driver's parser of the server's error packet. One test runs
-the consumer against a schema with a missing column and watches the event reach the DLQ after three
-tries instead of wedging its partition; another watches it wait out a database it may not log in to.
+transaction, a statement timeout, a wrong password, a user without a grant, a locked account, an
+expired password, an account that logs in by unix_socket only, a database that does not exist, a
+closed port, a missing column), then classified; MySQL's own statement timeout (3024) and locked
+account (3118), and a Galera node out of its cluster (1047), which this single MariaDB does not
+raise, go through each driver's parser of the server's error packet. One test runs the consumer
+against a schema with a missing column and watches the event reach the DLQ after three tries instead
+of wedging its partition; another watches it wait out a database it may not log in to.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import json
 import sqlite3
 import struct
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -136,16 +138,27 @@ async def test_a_statement_timeout_is_transient(engine: AsyncEngine) -> None:
     assert error_code(exc) == ("mysql", 1969) and is_transient(exc)
 
 
-async def test_mysqls_statement_timeout_is_transient(engine: AsyncEngine) -> None:
-    """MySQL's max_execution_time (3024) cannot be raised by MariaDB: the error packet MySQL sends is
-    parsed by the driver's own code into its own exception class, then wrapped as SQLAlchemy does."""
-    message = b"Query execution was interrupted, maximum statement execution time exceeded"
-    packet = b"\xff" + struct.pack("<h", 3024) + b"#HY000" + message
+@pytest.mark.parametrize(
+    ("code", "message"),
+    [
+        (3024, "Query execution was interrupted, maximum statement execution time exceeded"),
+        (3118, "Access denied for user 'svc'@'%'. Account is locked."),
+        (1047, "WSREP has not yet prepared node for application use"),
+    ],
+    ids=["mysql-statement-timeout", "mysql-account-locked", "galera-node-out-of-its-cluster"],
+)
+async def test_errors_this_mariadb_does_not_raise_are_transient(
+    engine: AsyncEngine, code: int, message: str
+) -> None:
+    """MySQL's max_execution_time and locked account, and a Galera node that lost its cluster: the
+    error packet the server sends is parsed by the driver's own code into its own exception class,
+    then wrapped as SQLAlchemy does."""
+    packet = b"\xff" + struct.pack("<h", code) + b"#HY000" + message.encode()
     parse = {"aiomysql": pymysql.err, "asyncmy": asyncmy.errors}[engine.dialect.driver]
     with pytest.raises(Exception) as caught:
         parse.raise_mysql_exception(packet)
     exc = DBAPIError.instance("SELECT 1", None, caught.value, engine.dialect.loaded_dbapi.Error)
-    assert error_code(exc) == ("mysql", 3024) and is_transient(exc)
+    assert error_code(exc) == ("mysql", code) and is_transient(exc)
 
 
 async def connect_error(url: URL) -> DBAPIError:
@@ -175,36 +188,87 @@ async def test_a_database_that_cannot_be_used_is_transient(
     assert error_code(exc) == ("mysql", code) and is_transient(exc)
 
 
-async def test_a_user_without_a_grant_on_the_database_is_transient(
-    url: URL, mariadb: MariaDbDatabase
-) -> None:
-    """Access denied to the database (1044): the user exists, its grant does not (yet)."""
-    user = f"mm_nogrant_{uuid.uuid4().hex[:8]}"
-    with mariadb.server.connect(autocommit=True) as admin, admin.cursor() as cur:
-        cur.execute(f"CREATE USER '{user}'@'%' IDENTIFIED BY 'pw'")
+CREATE = "CREATE USER {user} IDENTIFIED BY 'pw'"
+GRANT = "GRANT ALL ON `{db}`.* TO {user}"
+LOCK = "ALTER USER {user} ACCOUNT LOCK"
+EXPIRE = "ALTER USER {user} PASSWORD EXPIRE"
+
+
+@contextlib.contextmanager
+def account(mariadb: MariaDbDatabase, *setup: str) -> Iterator[str]:
+    """A user of its own, made by `setup` (statements naming it `{user}` and the test database
+    `{db}`), dropped afterwards; yields its name."""
+    name = f"mm_acct_{uuid.uuid4().hex[:8]}"
+    user = f"'{name}'@'%'"
     try:
-        exc = await connect_error(url.set(username=user, password="pw"))
+        with mariadb.server.connect(autocommit=True) as admin, admin.cursor() as cur:
+            for statement in setup:
+                cur.execute(statement.format(user=user, db=mariadb.name))
+        yield name
     finally:
         with mariadb.server.connect(autocommit=True) as admin, admin.cursor() as cur:
-            cur.execute(f"DROP USER '{user}'@'%'")
-    assert error_code(exc) == ("mysql", 1044) and is_transient(exc)
+            cur.execute(f"DROP USER IF EXISTS {user}")
 
 
-async def test_while_access_is_denied_readyz_fails_and_the_api_answers_503(url: URL) -> None:
+@pytest.mark.parametrize(
+    ("setup", "code"),
+    [
+        ([CREATE], 1044),  # the user exists, its grant does not (yet)
+        ([CREATE, GRANT, LOCK], 4151),  # locked during an incident or a rotation
+        ([CREATE, GRANT, EXPIRE], 1820),  # logged in, but may only reset the password
+        (["CREATE USER {user} IDENTIFIED VIA unix_socket", GRANT], 1698),  # socket login only
+    ],
+    ids=["no-grant", "account-locked", "password-expired", "unix-socket-account-over-tcp"],
+)
+async def test_an_account_that_cannot_use_the_database_is_transient(
+    url: URL, mariadb: MariaDbDatabase, setup: list[str], code: int
+) -> None:
+    """Access to the account is an operator's fix (grant, unlock, reset, re-create), never the event's."""
+    with account(mariadb, *setup) as user:
+        exc = await connect_error(url.set(username=user, password="pw"))
+    assert error_code(exc) == ("mysql", code) and is_transient(exc)
+
+
+async def test_an_expired_password_refused_at_login_is_transient(url: URL, mariadb: MariaDbDatabase) -> None:
+    """With disconnect_on_expired_password ON (MySQL 8's default) the login itself is refused (1862).
+    MariaDB sets the variable only globally: the test sets it and puts the old value back."""
+    with mariadb.server.connect(autocommit=True) as admin, admin.cursor() as cur:
+        cur.execute("SELECT @@GLOBAL.disconnect_on_expired_password")
+        (before,) = cur.fetchone()
+        cur.execute("SET GLOBAL disconnect_on_expired_password = ON")
+    try:
+        with account(mariadb, CREATE, GRANT, EXPIRE) as user:
+            exc = await connect_error(url.set(username=user, password="pw"))
+    finally:
+        with mariadb.server.connect(autocommit=True) as admin, admin.cursor() as cur:
+            cur.execute("SET GLOBAL disconnect_on_expired_password = %s", (before,))
+    assert error_code(exc) == ("mysql", 1862) and is_transient(exc)
+
+
+@pytest.mark.parametrize("locked", [False, True], ids=["wrong-password", "account-locked"])
+async def test_while_access_is_denied_readyz_fails_and_the_api_answers_503(
+    url: URL, mariadb: MariaDbDatabase, locked: bool
+) -> None:
     """Readiness (and so the MaoMemoryNotReady alert) and the API both say "database unavailable"."""
-    denied = url.set(password="not-the-password").render_as_string(hide_password=False)
-    settings = Settings(_env_file=None, database_url=denied, jwt_secret=SECRET)
+    with account(mariadb, CREATE, GRANT, *([LOCK] if locked else [])) as user:
+        denied = url.set(username=user, password="pw" if locked else "not-the-password")
+        ready, listed = await _readyz_and_a_list(denied)
+    assert ready.status_code == 503 and ready.json()["checks"] == {"database": "fail"}
+    assert listed.status_code == 503 and listed.json()["code"] == 50300
+
+
+async def _readyz_and_a_list(url: URL) -> tuple[httpx.Response, httpx.Response]:
+    settings = Settings(
+        _env_file=None, database_url=url.render_as_string(hide_password=False), jwt_secret=SECRET
+    )
     container = build_container(settings)
     # Starlette re-raises a handled exception for the server to log, after the response is sent.
     transport = httpx.ASGITransport(app=build_http(container, Mode.API), raise_app_exceptions=False)
     try:
         async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
-            ready = await client.get("/readyz")
-            listed = await client.get("/api/v1/memory", headers=bearer(token(7)))
+            return await client.get("/readyz"), await client.get("/api/v1/memory", headers=bearer(token(7)))
     finally:
         await container.db.dispose()
-    assert ready.status_code == 503 and ready.json()["checks"] == {"database": "fail"}
-    assert listed.status_code == 503 and listed.json()["code"] == 50300
 
 
 @pytest.mark.parametrize(

@@ -1,14 +1,15 @@
 """Which database errors are worth waiting out, decided by error code rather than exception class.
 
 A transient error says the database is not usable right now, not that the statement is wrong: the
-connection went away or cannot be made, the credentials or grants are being rotated, the database
-is not there yet, a lock or a deadlock, a statement timeout (a KILL QUERY by a watchdog is the same
-thing), the server is read-only during a failover, overloaded, out of resources or shutting down.
-The consumer waits those out with the offset held, and the API answers 503. Only an error about the
-statement's own content (unknown column, missing table, data too long, a syntax error, an
-unexpected duplicate key) is a bug or bad data, and goes through the three tries and the DLQ, so it
-can never wedge a partition. pymysql and asyncmy both raise the server's (or client's) numeric code
-as `args[0]`; the SQLite driver carries `sqlite_errorcode`.
+connection went away or cannot be made, the credentials or grants are being rotated (a wrong or
+expired password, a locked account, an account set up for another login method), the database is
+not there yet, a Galera node has lost its cluster, a lock or a deadlock, a statement timeout (a KILL
+QUERY by a watchdog is the same thing), the server is read-only during a failover, overloaded, out
+of resources or shutting down. The consumer waits those out with the offset held, and the API
+answers 503. Only an error about the statement's own content (unknown column, missing table, data
+too long, a syntax error, an unexpected duplicate key) is a bug or bad data, and goes through the
+three tries and the DLQ, so it can never wedge a partition. pymysql and asyncmy both raise the
+server's (or client's) numeric code as `args[0]`; the SQLite driver carries `sqlite_errorcode`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ MYSQL_TRANSIENT: dict[int, str] = {
     1041: "server out of resources",
     1044: "access denied to the database (grants being changed)",
     1045: "access denied (credential rotation)",
+    # Also "unknown command", which only a broken driver causes, never a statement's content.
+    1047: "Galera node not prepared for application use (out of its cluster)",
     1049: "unknown database (not created or restored yet)",
     1053: "server shutdown in progress",
     1114: "table full (disk or tablespace)",
@@ -44,8 +47,11 @@ MYSQL_TRANSIENT: dict[int, str] = {
     1317: "query interrupted (KILL QUERY)",
     1614: "XA transaction rolled back for a deadlock",
     1637: "too many active concurrent transactions",
+    1698: "access denied to an account authenticated another way (unix_socket over TCP)",
     1792: "read-only transaction",
+    1820: "password expired: the session may only reset it (sandbox mode)",
     1836: "read-only mode",
+    1862: "password expired: login refused (disconnect_on_expired_password)",
     1927: "connection killed (MariaDB)",
     1969: "statement timeout (MariaDB max_statement_time)",
     2002: "cannot connect (socket)",
@@ -56,7 +62,9 @@ MYSQL_TRANSIENT: dict[int, str] = {
     2055: "lost connection (system error)",
     3024: "statement timeout (MySQL max_execution_time)",
     3032: "server in offline mode (MySQL)",
+    3118: "account locked (MySQL)",
     4031: "disconnected by the server for inactivity",
+    4151: "account locked (MariaDB)",
 }
 
 # SQLite primary result codes (the low byte of the extended code).
