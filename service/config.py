@@ -94,6 +94,10 @@ class Settings(BaseSettings):
     max_in_flight: int = Field(default=64, ge=1, le=10_000)
     shutdown_grace_s: float = Field(default=20.0, ge=0)
     capture_cache_ttl_s: float = Field(default=5.0, ge=0)
+    # The user's newest dismissals of the session's groups shown to the model as the negative list.
+    negative_list_max: int = Field(default=200, ge=0)
+    # Model calls per user in any 24 hours; beyond it an event is skipped (`skipped_budget`).
+    extractions_per_user_per_day: int = Field(default=1000, ge=1)
 
     consolidation_active_threshold: int = Field(default=150, ge=1)
     consolidation_user_target: int = Field(default=30, ge=1)

@@ -13,12 +13,14 @@ import structlog
 
 from service.adapters.db.database import Database, UnitOfWork
 from service.adapters.db.errors import is_transient
+from service.adapters.db.extraction_reads import ExtractionInputs
 from service.adapters.db.memory_repository import HistoryEntry
 from service.adapters.llm_client import AnswerShape, LlmAnswer, LlmError, StructuredOutput
 from service.adapters.metrics import Metrics
 from service.app.caches import CaptureSwitch, ProjectRecorder
 from service.config import Settings
-from service.core.comparison_set import EMPTY, ComparisonSet, build_comparison_set
+from service.core.budget import ExtractionBudget
+from service.core.comparison_set import ComparisonSet
 from service.core.events import TaskFinishedEvent
 from service.core.extraction_answer import AnswerError, ParsedAnswer, parse_extraction_answer
 from service.core.extraction_prompt import ANSWER_SCHEMA, build_extraction_messages
@@ -32,8 +34,8 @@ from service.core.persist_plan import (
     Restore,
     Touch,
     Update,
-    candidate_hashes,
     decide,
+    pool_query,
 )
 
 log = structlog.get_logger(__name__)
@@ -47,6 +49,7 @@ class Outcome(StrEnum):
     SKIPPED_CAPTURE_OFF = Skip.CAPTURE_OFF.value
     SKIPPED_SHORT = Skip.SHORT.value
     SKIPPED_DUPLICATE_EVENT = "skipped_duplicate_event"
+    SKIPPED_BUDGET = "skipped_budget"  # the user's extractions of the last 24 h reached the budget
     EXTRACTED = "extracted"
     FAILED = "failed"
     DEAD_LETTERED = "dead_lettered"
@@ -135,6 +138,7 @@ class ExtractionHandler:
         self._projects = projects
         self._slots = slots
         self._shape = AnswerShape("memories", ANSWER_SCHEMA, settings.llm_max_tokens)
+        self._budget = ExtractionBudget(settings.extractions_per_user_per_day)
 
     async def warm(self, user_ids: Iterable[int]) -> None:
         """Read the capture switch of a fetched batch's users at once: the skip path's only lookup."""
@@ -169,11 +173,17 @@ class ExtractionHandler:
     async def _extract(
         self, event: TaskFinishedEvent, project_key: str | None
     ) -> tuple[Outcome, Extracted | None]:
+        now = self._db.now()
         async with self._slots.database, self._db.read() as uow:
-            processed, configured, existing = await self._inputs(uow, event, project_key)
-        if processed:
+            read = await self._inputs(uow, event, project_key, now)
+        if read.processed:
             return Outcome.SKIPPED_DUPLICATE_EVENT, None
-        model = configured or self._settings.default_model
+        if not self._budget.allows(read.recent_extractions):
+            if self._budget.first_refusal(event.user_id, now):
+                log.info("extraction_budget_spent", user_id=event.user_id, per_day=self._budget.per_day)
+            return Outcome.SKIPPED_BUDGET, None
+        model = read.configured_model or self._settings.default_model
+        existing = ComparisonSet.of(read.shown, read.user_dismissed)
 
         wrapped = self._llm.mode(model) is not StructuredOutput.OFF
         messages = build_extraction_messages(
@@ -202,20 +212,22 @@ class ExtractionHandler:
         return Outcome.EXTRACTED, Extracted(event.user_id, project_key, model, plan.added, plan.active_after)
 
     async def _inputs(
-        self, uow: UnitOfWork, event: TaskFinishedEvent, project_key: str | None
-    ) -> tuple[bool, str, ComparisonSet]:
-        """The ledger check, the D10 model and the comparison set in one round trip. 10.1: should the
-        comparison part fail, extraction goes on with exact hashing only; it is never blocked."""
+        self, uow: UnitOfWork, event: TaskFinishedEvent, project_key: str | None, now: datetime
+    ) -> ExtractionInputs:
+        """The ledger check, the D10 model, the budget's count and the comparison set in one round
+        trip. 10.1: should the comparison part fail, extraction goes on with exact hashing only."""
+        since = self._budget.window_start(now)
         try:
-            read = await uow.memories.extraction_inputs(event.event_id, event.user_id, project_key)
+            return await uow.memories.extraction_inputs(
+                event.event_id, event.user_id, project_key, self._settings.negative_list_max, since
+            )
         except Exception as exc:
             if is_transient(exc):
                 raise
             log.warning("comparison_set_failed", user_id=event.user_id, error=str(exc))
-            processed, configured = await uow.accounts.processed_and_model(event.event_id)
-            return processed, configured, EMPTY
-        existing = build_comparison_set(read.machine_active, project_key, read.user_dismissed)
-        return read.processed, read.configured_model, existing
+        processed, configured = await uow.accounts.processed_and_model(event.event_id)
+        recent = await uow.accounts.extractions_since(event.user_id, since)
+        return ExtractionInputs(processed, configured, recent, [], [])
 
     async def _persist(
         self,
@@ -237,9 +249,9 @@ class ExtractionHandler:
             plan = Plan()
             if answer is not None and answer.candidates:
                 candidates = answer.candidates
-                hashes = candidate_hashes(candidates, project_key)
-                rows = await uow.memories.pool(event.user_id, hashes)
-                state = PoolState.of(rows, project_key, hashes)
+                query = pool_query(candidates, existing, project_key)
+                read = await uow.memories.pool(event.user_id, project_key, query)
+                state = PoolState.of(read.rows, project_key, query.hashes, read.active_count)
                 plan = decide(candidates, existing, project_key, state)
                 await self._apply(uow, plan, event, model, now)
             await uow.commit()

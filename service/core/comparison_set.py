@@ -2,38 +2,56 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from service.core.model import Group, MemoryRow, Scope, session_groups
+
+# A row as the model is shown it: (row id, scope, project key, content). A plain tuple, as the read
+# round returns it: a full pool shows 200 rows on every extraction, and an object per row cost
+# more CPU than the rest of the read.
+Shown = tuple[int, str, str, str]
 
 
 @dataclass(frozen=True, slots=True)
 class ComparisonSet:
-    """What the model may reference (`rows`, keyed by alias) and what it must not re-extract.
+    """What the model may reference (`shown`; alias n is `shown[n - 1]`) and what it must not
+    re-extract (`dismissed`, newest first).
 
     Aliases are small integers assigned per call, so a real row id never reaches the prompt and an
     id the model invents cannot name another user's row.
     """
 
-    rows: dict[int, MemoryRow] = field(default_factory=dict)
-    dismissed: list[str] = field(default_factory=list)
+    shown: Sequence[Shown] = ()
+    dismissed: Sequence[str] = ()
 
-    def group_of(self, alias: int) -> Group | None:
-        row = self.rows.get(alias)
-        return row.group if row else None
+    @classmethod
+    def of(cls, rows: Iterable[Shown], dismissed: Sequence[str]) -> ComparisonSet:
+        """Aliases in a stable order: the USER group first, each group in id order. A touch reorders
+        nothing and a new row comes last in its group, so consecutive prompts of a user share their
+        longest prefix (what a provider's prompt cache reuses), the USER part across projects."""
+        return cls(sorted(rows, key=lambda r: (r[1] != Scope.USER, r[0])), dismissed)
+
+    def resolve(self, alias: object) -> tuple[int, Group] | None:
+        """The row id and group an alias of this call stands for; None for anything else."""
+        if not isinstance(alias, int) or isinstance(alias, bool) or not 0 < alias <= len(self.shown):
+            return None
+        row_id, scope, project_key, _ = self.shown[alias - 1]
+        return row_id, Group(Scope(scope), project_key)
 
 
 EMPTY = ComparisonSet()
 
 
 def build_comparison_set(
-    rows: list[MemoryRow], project_key: str | None, dismissed: list[str]
+    rows: Iterable[MemoryRow], project_key: str | None, dismissed: Sequence[str]
 ) -> ComparisonSet:
-    """Keep only machine-made ACTIVE rows of the USER group and the session's project group (merged
-    rows are matched like extracted ones, MANUAL rows never), the USER group first and each in id
-    order: a touch reorders nothing and a new row comes last, so consecutive prompts of a user
-    share their longest prefix (a provider's prompt cache), and the USER part holds across projects."""
+    """The rule the read round's query applies: only machine-made ACTIVE rows of the USER group and
+    the session's project group (merged rows are matched like extracted ones, MANUAL rows never)."""
     groups = session_groups(project_key)
-    legal = [r for r in rows if r.machine_active and r.group in groups]
-    legal.sort(key=lambda r: (r.scope is not Scope.USER, r.id))
-    return ComparisonSet(rows={i: r for i, r in enumerate(legal, start=1)}, dismissed=dismissed)
+    legal = [
+        (r.id, r.scope.value, r.project_key, r.content)
+        for r in rows
+        if r.machine_active and r.group in groups
+    ]
+    return ComparisonSet.of(legal, dismissed)

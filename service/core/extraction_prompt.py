@@ -90,8 +90,10 @@ def build_extraction_messages(
     cache can serve the prefix: the negative list, the stored memories in id order (a touch moves
     nothing), the conversation last."""
     dismissed = [line for line in map(one_line, existing.dismissed) if line]
-    user_rows = [(a, r.content) for a, r in existing.rows.items() if r.scope is Scope.USER]
-    project_rows = [(a, r.content) for a, r in existing.rows.items() if r.scope is Scope.PROJECT]
+    user_rows: list[tuple[int, str]] = []
+    project_rows: list[tuple[int, str]] = []
+    for alias, (_, scope, _, content) in enumerate(existing.shown, start=1):
+        (user_rows if scope == Scope.USER else project_rows).append((alias, content))
     blocks = []
     if dismissed:
         blocks.append(block(DISMISSED, dismissed))

@@ -6,7 +6,7 @@ one transaction; every rule lives here so it can be tested without a database.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -80,10 +80,39 @@ Op = Insert | Touch | Update | Demote | Restore
 
 
 @dataclass(frozen=True, slots=True)
-class PoolState:
-    """The user's pool as read under the lock, after the model answered.
+class PoolQuery:
+    """What `decide` needs read under the lock, so that the read grows with the answer, not with the
+    pool: the rows the candidates reference, the rows holding their hashes, and per group its oldest
+    machine-made ACTIVE rows, the D14 victims (the ACTIVE count always comes along).
 
-    `machine_active`: machine-made ACTIVE rows of the USER group and the session's project group.
+    A group needs as many of its oldest rows as it has candidates: each candidate demotes at most
+    one row or moves at most one (touch, update, exact-hash hit) to the newest end, so the oldest
+    row still in place, the next victim, is always among them.
+    """
+
+    references: frozenset[int]
+    hashes: frozenset[str]
+    victims: dict[Group, int]
+
+
+def pool_query(candidates: list[Candidate], existing: ComparisonSet, project_key: str | None) -> PoolQuery:
+    references: set[int] = set()
+    victims: dict[Group, int] = {}
+    for candidate in candidates:
+        group = candidate_group(candidate, project_key)
+        victims[group] = victims.get(group, 0) + 1
+        shown = existing.resolve(candidate.existing_alias)
+        if candidate.action is not Action.INSERT and shown is not None:
+            references.add(shown[0])
+    return PoolQuery(frozenset(references), frozenset(candidate_hashes(candidates, project_key)), victims)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolState:
+    """The part of the user's pool `decide` works on, as read under the lock after the model answered.
+
+    `machine_active`: machine-made ACTIVE rows of the USER group and the session's project group
+    that the read found (the referenced rows still in place, the victims, the hash matches).
     `by_hash`: every row (any source or status) whose hash some candidate could produce.
     """
 
@@ -92,20 +121,14 @@ class PoolState:
     active_count: int
 
     @classmethod
-    def of(cls, rows: Iterable[MemoryRow], project_key: str | None, hashes: set[str]) -> PoolState:
-        """From one read of the user's rows: every ACTIVE row, and any row holding one of `hashes`."""
+    def of(
+        cls, rows: Iterable[MemoryRow], project_key: str | None, hashes: Collection[str], active_count: int
+    ) -> PoolState:
+        """From the rows a `PoolQuery` read found, and the user's ACTIVE count."""
         groups = session_groups(project_key)
-        machine_active: dict[int, MemoryRow] = {}
-        by_hash: dict[str, MemoryRow] = {}
-        active = 0
-        for row in rows:
-            if row.status is Status.ACTIVE:
-                active += 1
-                if row.machine_active and row.group in groups:
-                    machine_active[row.id] = row
-            if row.dedup_hash in hashes:
-                by_hash[row.dedup_hash] = row
-        return cls(machine_active, by_hash, active)
+        machine_active = {r.id: r for r in rows if r.machine_active and r.group in groups}
+        by_hash = {r.dedup_hash: r for r in rows if r.dedup_hash in hashes}
+        return cls(machine_active, by_hash, active_count)
 
 
 @dataclass(slots=True)
@@ -190,15 +213,12 @@ class _Planner:
         return self.plan
 
     def _resolve(self, alias: object, group: Group, existing: ComparisonSet) -> int | None:
-        """10.1: only an alias of this call, of the candidate's group, still machine-made and ACTIVE
-        under the lock."""
-        if not isinstance(alias, int) or isinstance(alias, bool):
+        """10.1: only an alias of this call, shown in the candidate's group, and its row still
+        machine-made, ACTIVE and in that group under the lock."""
+        shown = existing.resolve(alias)
+        if shown is None or shown[1] != group:
             return None
-        shown = existing.rows.get(alias)
-        if shown is None or shown.group != group:
-            return None
-        still = self.recency.get(group, [])
-        return shown.id if shown.id in still else None
+        return shown[0] if shown[0] in self.recency.get(group, []) else None
 
     def _touch(self, row_id: int, result: Result) -> Result:
         if row_id not in self.written:

@@ -14,17 +14,20 @@ import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from service.adapters.db import account_repository, memory_repository
+from service.adapters.db import account_repository, extraction_reads, memory_repository
 from service.adapters.db.database import Database
 from service.adapters.db.engine import build_engine
 from service.adapters.db.errors import MYSQL_TRANSIENT, error_code, is_transient
+from service.adapters.db.extraction_reads import pool_read_params
 from service.adapters.db.prepared import Prepared, Statements
 from service.adapters.db.tables import memory_event_ledger as ledger_table
 from service.adapters.db.tables import memory_item as t
-from service.core.model import DismissedBy, Group, Scope, Source, Status
+from service.core.model import USER_GROUP, DismissedBy, Group, Scope, Source, Status
+from service.core.persist_plan import PoolQuery
 from tests.support.processes import MariaDbDatabase
 
 USER = 4_200_001
+PROJECT_A = Group(Scope.PROJECT, "proj-a")
 NOW = datetime(2026, 12, 3, 8, 30, 15, 123456)
 
 
@@ -59,17 +62,13 @@ async def pool(engine: AsyncEngine) -> AsyncIterator[list[int]]:
 
 def reads(ids: list[int]) -> list[tuple[Prepared, dict[str, Any]]]:
     """Every prepared read of the hot path, with parameters that find rows."""
+    read_round = {"event_id": "e-1", "user_id": USER, "since": NOW, "dismissed_limit": 200}
+    query = PoolQuery(frozenset({ids[0]}), frozenset({f"{2:040d}"}), {USER_GROUP: 1, PROJECT_A: 1})
     return [
-        (
-            memory_repository._EXTRACTION_INPUTS[False],
-            {"event_id": "e-1", "user_id": USER, "project_key": None},
-        ),
-        (
-            memory_repository._EXTRACTION_INPUTS[True],
-            {"event_id": "e-1", "user_id": USER, "project_key": "proj-a"},
-        ),
-        (memory_repository._pool(0), {"user_id": USER}),
-        (memory_repository._pool(2), {"user_id": USER, "hash0": f"{2:040d}", "hash1": "x" * 40}),
+        (extraction_reads.READ_ROUND[False], {**read_round, "project_key": None}),
+        (extraction_reads.READ_ROUND[True], {**read_round, "project_key": "proj-a"}),
+        (extraction_reads.POOL_READ[False], pool_read_params(USER, None, query)),
+        (extraction_reads.POOL_READ[True], pool_read_params(USER, "proj-a", query)),
         (
             memory_repository._INJECTION,
             {"user_id": USER, "project_key": "proj-a", "user_key": "", "project_limit": 12, "user_limit": 8},
@@ -91,14 +90,16 @@ async def test_every_prepared_read_gives_sqlalchemys_rows_with_sqlalchemys_types
             assert [[type(v) for v in r] for r in direct] == [
                 [type(v) for v in r] for r in through_sqlalchemy
             ]
+            by_position = await Statements(conn).tuples(prepared, params)
+            assert [tuple(r) for r in by_position] == through_sqlalchemy, statement
             assert through_sqlalchemy, "each read is given rows to find"
-        inputs = await Statements(conn).rows(memory_repository._EXTRACTION_INPUTS[True], reads(pool)[1][1])
-        assert {r.content for r in inputs} == {
-            "以后的报告都用中文写 📝",
-            "仓库使用 pnpm,而非 npm",
-            "喜欢深色主题",
+        inputs = await Statements(conn).rows(extraction_reads.READ_ROUND[True], reads(pool)[1][1])
+        # Only a dismissal carries its time: the negative list is sorted by it.
+        assert {r.content: type(r.updated_at) for r in inputs} == {
+            "以后的报告都用中文写 📝": type(None),
+            "仓库使用 pnpm,而非 npm": type(None),
+            "喜欢深色主题": datetime,
         }
-        assert {type(r.updated_at) for r in inputs} == {datetime}
         await conn.rollback()
 
 
@@ -129,10 +130,10 @@ async def test_a_killed_connection_is_invalidated_transient_and_never_handed_out
     async with engine.connect() as victim, engine.connect() as killer:
         dead = await connection_id(victim)
         statements = Statements(victim)
-        await statements.rows(memory_repository._pool(0), {"user_id": USER})
+        await statements.rows(memory_repository._INJECTION, reads(pool)[4][1])
         await killer.execute(sa.text(f"KILL {dead}"))
         with pytest.raises(DBAPIError) as caught:
-            await statements.rows(memory_repository._pool(0), {"user_id": USER})
+            await statements.rows(memory_repository._INJECTION, reads(pool)[4][1])
         code = error_code(caught.value)
         assert caught.value.connection_invalidated and is_transient(caught.value)
         assert code is None or code[1] in MYSQL_TRANSIENT
@@ -140,7 +141,8 @@ async def test_a_killed_connection_is_invalidated_transient_and_never_handed_out
     for _ in range(2):  # the pool's two connections: neither is the dead one
         async with engine.connect() as conn:
             assert await connection_id(conn) != dead
-            assert len(await Statements(conn).rows(memory_repository._pool(0), {"user_id": USER})) == 2
+            read_round = await Statements(conn).rows(extraction_reads.READ_ROUND[False], reads(pool)[0][1])
+            assert len(read_round) == 2
 
 
 async def test_a_lock_wait_timeout_on_the_lock_row_is_transient_and_keeps_the_connection(

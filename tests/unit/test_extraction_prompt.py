@@ -39,7 +39,7 @@ def test_a_full_pool_costs_its_content_and_at_most_a_quarter_more(litellm: Any, 
     system = litellm.token_counter(model=MODEL, messages=messages[:1])
     content = tokens(litellm, [r.content for r in pool.active] + pool.dismissed_contents)
     conversation = tokens(litellm, list(CONVERSATION))
-    assert len(existing.rows) == 180 and len(existing.dismissed) == 50
+    assert len(existing.shown) == 180 and len(existing.dismissed) == 50
     assert prompt <= system + 1.25 * content + conversation, (prompt, system, content, conversation)
 
 
@@ -61,18 +61,18 @@ def test_the_prompt_reads_back_as_the_data_it_was_built_from() -> None:
     assert data["dismissed"] == pool.dismissed_contents
     assert data["conversation"] == {"user": CONVERSATION[0], "assistant": CONVERSATION[1]}
     assert data["project"] == PROJECT
-    shown = {e["id"]: (e["type"], e["content"]) for e in data["existing"]}
-    assert shown == {
-        alias: ("project" if row.group == PROJECT_GROUP else "user", row.content)
-        for alias, row in existing.rows.items()
-    }
+    shown = [(e["id"], e["type"], e["content"]) for e in data["existing"]]
+    assert shown == [
+        (alias, scope.lower(), content) for alias, (_, scope, _, content) in enumerate(existing.shown, 1)
+    ]
 
 
 def test_rows_come_in_id_order_user_group_first_and_a_touch_changes_no_byte() -> None:
     active = full_pool().active
     existing = build_comparison_set(active, PROJECT, [])
-    shown = list(existing.rows.values())
-    assert shown == sorted(shown, key=lambda r: (r.group != USER_GROUP, r.id))
+    by_id = {r.id: r for r in active}
+    shown = [by_id[row_id] for row_id, *_ in existing.shown]
+    assert shown == sorted(active, key=lambda r: (r.group != USER_GROUP, r.id))
 
     touched = [replace(r, updated_at=r.updated_at + timedelta(days=1)) if r.id == 3 else r for r in active]
     again = build_comparison_set(touched, PROJECT, [])

@@ -65,6 +65,10 @@ def comparison(rows: list[MemoryRow], project_key: str | None = None) -> Compari
     return build_comparison_set(rows, project_key, [])
 
 
+def alias_of(existing: ComparisonSet, row_id: int) -> int:
+    return next(alias for alias, shown in enumerate(existing.shown, start=1) if shown[0] == row_id)
+
+
 def test_new_fact_is_inserted() -> None:
     plan = decide([insert("用中文写报告")], comparison([]), None, state([]))
     assert plan.results == [Result.INSERTED]
@@ -111,7 +115,7 @@ def test_a_restore_at_the_cap_without_a_machine_made_row_is_dropped() -> None:
 def test_merged_rows_are_matched_updated_and_demoted_like_extracted_ones() -> None:
     merged = row(1, "合并后的事实", source=Source.CONSOLIDATED, age=30)
     existing = comparison([merged])
-    assert [r.id for r in existing.rows.values()] == [1]
+    assert [shown[0] for shown in existing.shown] == [1]
     plan = decide([ref(Action.UPDATE, 1, "合并后的完整事实")], existing, None, state([merged]))
     assert plan.results == [Result.UPDATED]
     plan = decide([insert("新事实")], existing, None, state([merged], active_count=200))
@@ -137,7 +141,7 @@ def test_project_fact_with_project_key_goes_to_that_project() -> None:
 def test_touch_refreshes_the_referenced_row_only() -> None:
     rows = [row(1, "a"), row(2, "b")]
     existing = comparison(rows)
-    alias = next(a for a, r in existing.rows.items() if r.id == 2)
+    alias = alias_of(existing, 2)
     plan = decide([ref(Action.TOUCH, alias)], existing, None, state(rows))
     assert plan.ops == [Touch(2)] and plan.results == [Result.TOUCHED]
 
@@ -162,7 +166,7 @@ def test_references_outside_the_comparison_set_drop_the_candidate() -> None:
     other_project = row(3, "别的项目", group=Group(Scope.PROJECT, "other"))
     rows = [manual, dismissed, other_project]
     existing = comparison(rows, "mao")
-    assert existing.rows == {}
+    assert existing.shown == []
     for alias in (1, 2, 3, 99, -1, "1", 1.0, True, None, {"id": 1}, [1]):
         for action in (Action.TOUCH, Action.UPDATE):
             plan = decide([ref(action, alias, "新内容")], existing, "mao", state(rows))
@@ -201,7 +205,7 @@ def test_at_the_cap_with_only_manual_rows_in_the_group_the_insert_is_dropped() -
 def test_one_demotion_per_insert_and_touched_rows_are_kept() -> None:
     rows = [row(i, f"事实{i}", age=100 - i) for i in range(1, 6)]
     existing = comparison(rows)
-    oldest_alias = next(a for a, r in existing.rows.items() if r.id == 1)
+    oldest_alias = alias_of(existing, 1)
     candidates = [ref(Action.TOUCH, oldest_alias), insert("新一"), insert("新二")]
     plan = decide(candidates, existing, None, state(rows, active_count=200))
     demoted = [op.row_id for op in plan.ops if isinstance(op, Demote)]

@@ -78,15 +78,15 @@ def test_no_answer_breaks_the_pool_rules(
     active = sum(r.status is Status.ACTIVE for r in pool)
     active_count = max(active, min(extra_active, MAX_ACTIVE_PER_USER))
     existing = build_comparison_set(pool, project_key, [])
+    legal = {shown[0] for shown in existing.shown}
     state = PoolState(
-        machine_active={r.id: r for r in existing.rows.values()},
+        machine_active={r.id: r for r in pool if r.id in legal},
         by_hash={r.dedup_hash: r for r in pool},
         active_count=active_count,
     )
     plan = decide(answer, existing, project_key, state)
 
     by_id = {r.id: r for r in pool}
-    legal = {r.id for r in existing.rows.values()}
     for op in plan.ops:
         if isinstance(op, Update | Demote):
             # Only machine-made ACTIVE rows of the legal groups are ever rewritten or demoted.

@@ -111,6 +111,16 @@ class AccountRepository:
         ).one()
         return bool(row.processed), (row.model or "").strip()
 
+    async def extractions_since(self, user_id: int, since: datetime) -> int:
+        """The user's extractions (ledger rows: events the model answered) since `since`."""
+        ledger = memory_event_ledger
+        count = await self.conn.scalar(
+            sa.select(sa.func.count())
+            .select_from(ledger)
+            .where(ledger.c.user_id == user_id, ledger.c.processed_at >= since)
+        )
+        return int(count or 0)
+
     async def mark_processed(
         self, event_id: str, user_id: int, session_id: int, outcome: str, now: datetime
     ) -> bool:

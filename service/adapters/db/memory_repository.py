@@ -5,100 +5,36 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from functools import cache
 from typing import Any
 
 import sqlalchemy as sa
 
-from service.adapters.db.prepared import Prepared, Statements
-from service.adapters.db.tables import (
-    EXTRACTION_MODEL_SETTING,
-    memory_event_ledger,
-    memory_history,
-    memory_item,
-    memory_system_setting,
+from service.adapters.db.extraction_reads import (
+    MACHINE_ACTIVE,
+    POOL_READ,
+    READ_ROUND,
+    USER_ID,
+    ExtractionInputs,
+    pool_read_params,
+    read_round_inputs,
 )
-from service.core.model import MACHINE_SOURCES, DismissedBy, Group, MemoryRow, Scope, Source, Status
+from service.adapters.db.prepared import Prepared, Statements
+from service.adapters.db.tables import memory_history, memory_item
+from service.core.model import DismissedBy, Group, MemoryRow, Scope, Source, Status
+from service.core.persist_plan import PoolQuery
 
 t = memory_item
-
-
-# The extraction path's statements are built once: building one per call, and computing its cache
-# key, cost more CPU than the driver's round trip. A project key arrives as the `project_key` param.
-def _groups_clause(with_project: bool) -> sa.ColumnElement[bool]:
-    user = sa.and_(t.c.scope == Scope.USER.value, t.c.project_key == "")
-    if not with_project:
-        return user
-    project = sa.and_(t.c.scope == Scope.PROJECT.value, t.c.project_key == sa.bindparam("project_key"))
-    return sa.or_(user, project)
-
-
-_USER_ID: sa.BindParameter[int] = sa.bindparam("user_id")
-
-
-# What D13 may show the model, D14 may demote and D15 may merge: machine-made (AUTO or CONSOLIDATED)
-# and ACTIVE. The sources are literals in the SQL, not an expanding list, so the statement compiles once.
-_MACHINE_ACTIVE = sa.and_(
-    t.c.status == Status.ACTIVE.value,
-    t.c.source.in_([sa.literal(source) for source in sorted(s.value for s in MACHINE_SOURCES)]),
-)
 _MACHINE_ACTIVE_IN_GROUP = sa.select(t).where(
-    t.c.user_id == _USER_ID,
-    _MACHINE_ACTIVE,
+    t.c.user_id == USER_ID,
+    MACHINE_ACTIVE,
     t.c.scope == sa.bindparam("scope"),
     t.c.project_key == sa.bindparam("project_key"),
 )
 _BY_HASHES = sa.select(t).where(
-    t.c.user_id == _USER_ID, t.c.dedup_hash.in_(sa.bindparam("hashes", expanding=True))
+    t.c.user_id == USER_ID, t.c.dedup_hash.in_(sa.bindparam("hashes", expanding=True))
 )
-
-
-@cache
-def _pool(hashes: int) -> Prepared:
-    """Under the lock, one read serves the whole decision: every ACTIVE row (the count, the
-    machine-made rows D13/D14 work on) and any row holding one of `hashes` candidate hashes."""
-    active = t.c.status == Status.ACTIVE.value
-    wanted: list[sa.BindParameter[str]] = [sa.bindparam(f"hash{i}") for i in range(hashes)]
-    return Prepared(
-        sa.select(t).where(
-            t.c.user_id == _USER_ID, sa.or_(active, t.c.dedup_hash.in_(wanted)) if wanted else active
-        )
-    )
-
-
-def _extraction_inputs(with_project: bool) -> sa.Select[Any]:
-    """Before the model call, one read answers everything: is the event in the ledger, which model
-    is configured (D10), and the rows of the comparison set and the negative list (D13). The one-row
-    head is LEFT JOINed, so an empty pool still answers the first two."""
-    head = sa.select(
-        sa.exists().where(memory_event_ledger.c.event_id == sa.bindparam("event_id")).label("processed"),
-        sa.select(memory_system_setting.c.value)
-        .where(memory_system_setting.c.setting_key == EXTRACTION_MODEL_SETTING)
-        .scalar_subquery()
-        .label("configured_model"),
-    ).subquery("head")
-    rows = (
-        sa.select(t)
-        .where(
-            t.c.user_id == _USER_ID,
-            _groups_clause(with_project),
-            sa.or_(
-                _MACHINE_ACTIVE,
-                sa.and_(t.c.status == Status.DISMISSED.value, t.c.dismissed_by == DismissedBy.USER.value),
-            ),
-        )
-        .subquery("m")
-    )
-    return sa.select(head, rows).select_from(head.outerjoin(rows, sa.true()))
-
-
-_EXTRACTION_INPUTS = {
-    with_project: Prepared(_extraction_inputs(with_project)) for with_project in (False, True)
-}
 _ACTIVE_COUNT = (
-    sa.select(sa.func.count())
-    .select_from(t)
-    .where(t.c.user_id == _USER_ID, t.c.status == Status.ACTIVE.value)
+    sa.select(sa.func.count()).select_from(t).where(t.c.user_id == USER_ID, t.c.status == Status.ACTIVE.value)
 )
 _ITEM_COLUMNS = (
     "user_id",
@@ -199,11 +135,11 @@ def to_record(r: Any) -> ItemRecord:
 
 
 @dataclass(frozen=True, slots=True)
-class ExtractionInputs:
-    processed: bool
-    configured_model: str
-    machine_active: list[MemoryRow]
-    user_dismissed: list[str]  # newest first, at most the limit asked for
+class PoolRead:
+    """What the pool read under the lock found: the user's ACTIVE count and the rows asked for."""
+
+    active_count: int
+    rows: list[MemoryRow]
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,31 +178,25 @@ class MemoryRepository:
         self._statements = statements
 
     async def extraction_inputs(
-        self, event_id: str, user_id: int, project_key: str | None, dismissed_limit: int = 200
+        self, event_id: str, user_id: int, project_key: str | None, dismissed_limit: int, since: datetime
     ) -> ExtractionInputs:
-        result = await self._statements.rows(
-            _EXTRACTION_INPUTS[bool(project_key)],
-            {"event_id": event_id, "user_id": user_id, "project_key": project_key},
-        )
-        processed, configured = False, ""
-        machine: list[MemoryRow] = []
-        dismissed: list[MemoryRow] = []
-        for r in result:
-            processed, configured = bool(r.processed), (r.configured_model or "").strip()
-            if r.id is None:
-                continue  # the head alone: no rows in the pool
-            row = to_record(r)
-            (machine if row.status is Status.ACTIVE else dismissed).append(row)
-        dismissed.sort(key=lambda d: (d.updated_at, d.id), reverse=True)
-        return ExtractionInputs(
-            processed, configured, machine, [d.content for d in dismissed[:dismissed_limit]]
-        )
+        """The read round: the ledger check, the D10 model, the user's extractions since `since`,
+        the comparison set and the newest `dismissed_limit` dismissals of the session's groups."""
+        params = {
+            "event_id": event_id,
+            "user_id": user_id,
+            "project_key": project_key,
+            "since": since,
+            "dismissed_limit": dismissed_limit,
+        }
+        return read_round_inputs(await self._statements.tuples(READ_ROUND[bool(project_key)], params))
 
-    async def pool(self, user_id: int, hashes: Iterable[str]) -> list[MemoryRow]:
-        wanted = sorted(set(hashes))
-        params: dict[str, Any] = {f"hash{i}": h for i, h in enumerate(wanted)}
-        params["user_id"] = user_id
-        return [to_record(r) for r in await self._statements.rows(_pool(len(wanted)), params)]
+    async def pool(self, user_id: int, project_key: str | None, query: PoolQuery) -> PoolRead:
+        """Under the lock: what `decide` needs of the pool (`PoolQuery`), in one round trip."""
+        params = pool_read_params(user_id, project_key, query)
+        result = await self._statements.rows(POOL_READ[bool(project_key)], params)
+        rows = {r.id: to_record(r) for r in result if r.id is not None}
+        return PoolRead(int(result[0].active_count), list(rows.values()))
 
     async def machine_active_in_group(self, user_id: int, group: Group) -> list[MemoryRow]:
         """One group's machine-made ACTIVE rows: what D15 consolidates."""

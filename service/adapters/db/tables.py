@@ -91,6 +91,8 @@ memory_event_ledger = sa.Table(
     sa.Column("processed_at", Timestamp, nullable=False),
     # Retention deletes the oldest rows in batches.
     sa.Index("idx_ledger_processed_at", "processed_at"),
+    # A user's extractions of the last 24 hours: the daily budget and the admin audit count them.
+    sa.Index("idx_ledger_user_processed_at", "user_id", "processed_at"),
     **MYSQL_OPTS,
 )
 
