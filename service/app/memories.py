@@ -10,6 +10,7 @@ import structlog
 from service.adapters.db.database import Database, UnitOfWork
 from service.adapters.db.memory_repository import HistoryEntry, ItemRecord, ListFilter
 from service.app.caches import CaptureSwitch
+from service.core.budget import ExtractionBudget
 from service.core.injection_prompt import MemoryHint, injected, render_injection
 from service.core.model import (
     INJECT_PROJECT_LIMIT,
@@ -185,6 +186,12 @@ class MemoryService:
             await uow.accounts.set_extraction_model(value, self._db.now())
             await uow.commit()
         return previous
+
+    async def extractions_last_day(self, user_id: int) -> int:
+        """What the extraction budget counts for the user now."""
+        async with self._db.read() as uow:
+            since = ExtractionBudget.window_start(self._db.now())
+            return await uow.accounts.extractions_since(user_id, since)
 
     async def projects(self, user_id: int) -> list[str]:
         async with self._db.read() as uow:

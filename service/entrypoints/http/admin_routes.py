@@ -12,6 +12,7 @@ from service.core.events import BIGINT_MAX
 from service.entrypoints.http.api_models import (
     ExtractionModelSetting,
     ExtractionModelView,
+    ExtractionUsage,
     HistoryItem,
     MemoryPage,
 )
@@ -44,6 +45,14 @@ def admin_router(service: MemoryService, default_model: str) -> APIRouter:
             "admin_memory_history_read", caller=admin.user_id, user_id=user_id, memory_id=memory_id
         )
         return ok([HistoryItem.of(r) for r in await service.history(user_id, memory_id)])
+
+    @router.get("/extractions", response_model=Envelope[ExtractionUsage])
+    async def audit_extractions(admin: Reader, user_id: TargetUser) -> dict[str, Any]:
+        """A user's extractions of the last 24 hours (`MEMORY_EXTRACTIONS_PER_USER_PER_DAY`); needs
+        `memory:read`; every call is logged."""
+        audit_log.info("admin_extractions_read", caller=admin.user_id, user_id=user_id)
+        count = await service.extractions_last_day(user_id)
+        return ok({"userId": user_id, "extractionsLast24h": count})
 
     @router.get("/settings", response_model=Envelope[ExtractionModelView])
     async def get_model_setting(admin: Reader) -> dict[str, Any]:

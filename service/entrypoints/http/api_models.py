@@ -208,6 +208,14 @@ class HistoryItem(CamelModel):
         }
 
 
+class ExtractionUsage(CamelModel):
+    user_id: int
+    extractions_last_24h: int = Field(
+        alias="extractionsLast24h",
+        description="the user's events the model answered in the last 24 hours: what the budget counts",
+    )
+
+
 class Deleted(CamelModel):
     id: int
 
