@@ -2,21 +2,30 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-stamp
+# `make run` installs the service's own dependencies only; the development tools (pytest, mypy,
+# Playwright, schemathesis, testcontainers) come with `make install`, which the other targets use.
+RUNTIME_STAMP := $(VENV)/.runtime-stamp
+DEV_STAMP := $(VENV)/.dev-stamp
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
 .PHONY: install run test faults simulate test-model lint unit schemas bench clean screenshots
 
-$(STAMP): pyproject.toml
+$(RUNTIME_STAMP): pyproject.toml
+	@echo "mao-memory: installing the service's dependencies into $(VENV) (once; pip lists each package)"
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+	$(BIN)/pip install --upgrade pip
+	$(BIN)/pip install -e .
+	touch $@
 
-install: $(STAMP)
+$(DEV_STAMP): $(RUNTIME_STAMP)
+	@echo "mao-memory: installing the development tools into $(VENV) (once)"
+	$(BIN)/pip install -e '.[dev]'
+	touch $@
+
+install: $(DEV_STAMP)
 
 ## Run the service on its embedded defaults: SQLite under ./data, the embedded broker on 127.0.0.1:9092.
-run: install
+run: $(RUNTIME_STAMP)
 	$(BIN)/mao-memory migrate
 	$(BIN)/mao-memory run
 

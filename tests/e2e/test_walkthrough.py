@@ -53,7 +53,7 @@ def test_the_document_marks_every_step() -> None:
 
 def test_the_first_memory_walkthrough_reaches_the_injection(tmp_path: Path) -> None:
     clone = clean_clone(tmp_path / "clone")
-    if (ROOT / ".venv" / ".installed-stamp").exists():
+    if (ROOT / ".venv" / ".dev-stamp").exists():
         (clone / ".venv").symlink_to(ROOT / ".venv")
     install = subprocess.run(
         ["make", "install"], cwd=clone, check=False, capture_output=True, text=True, timeout=900
