@@ -122,11 +122,13 @@ def _dlq(settings: Settings, args: argparse.Namespace) -> None:
 
 
 def _with_throwaway_credentials(settings: Settings) -> Settings:
-    """`run` on its embedded defaults without credentials: secrets for this process only, and the
-    console URL with a ready token, so a first look needs no set-up. Never when a secret is set,
-    never with a real Kafka, never in `worker` or `api` mode."""
+    """`run` on its embedded defaults without credentials: secrets for this process only, and a
+    console link that signs in once, so a first look needs no set-up. The link carries a one-time
+    code this process exchanges for the token, so the browser's history never holds the token.
+    Never when a secret is set, never with a real Kafka, never in `worker` or `api` mode."""
     if settings.jwt_secret is not None or settings.kafka_bootstrap is not None:
         return settings
+    from service.entrypoints.http.console_routes import SIGN_IN_CODES
     from service.entrypoints.tokens import mint_token
 
     updates: dict[str, object] = {"jwt_secret": SecretStr(secrets.token_urlsafe(32))}
@@ -136,9 +138,10 @@ def _with_throwaway_credentials(settings: Settings) -> Settings:
     token = mint_token(throwaway, DEV_USER, admin=True, lifetime=timedelta(hours=12))
     internal = throwaway.internal_token.get_secret_value() if throwaway.internal_token else ""
     host = "127.0.0.1" if settings.http_host in {"0.0.0.0", "::"} else settings.http_host  # noqa: S104
+    console = f"http://{host}:{settings.http_port}/console/#code={SIGN_IN_CODES.issue(token)}"
     print(
         "mao-memory: no MEMORY_JWT_SECRET, so this run uses throwaway credentials (gone at exit):\n"
-        f"  console:        http://{host}:{settings.http_port}/console/#token={token}\n"
+        f"  console:        {console}  (one sign-in within 10 minutes; later, paste the token below)\n"
         f"  user {DEV_USER} token:   {token}\n"
         f"  internal token: {internal}",
         flush=True,

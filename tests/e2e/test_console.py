@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import shutil
+import sqlite3
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
@@ -15,11 +17,12 @@ import pytest
 from playwright import async_api as playwright_api
 
 from service.adapters.db.database import Database
+from service.adapters.db.engine import upgrade_schema
 from service.adapters.db.memory_repository import HistoryEntry
-from service.core.model import Group, Scope, Source
+from service.core.model import DismissedBy, Group, Scope, Source, Status
 from tests.e2e.conftest import JWT_SECRET
-from tests.support.pool import items, remember_projects, seed
-from tests.support.processes import OUTPUT, ServiceProcess
+from tests.support.pool import items, remember_projects, seed, set_capture
+from tests.support.processes import OUTPUT, ServiceProcess, free_port
 from tests.support.tokens import token
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -39,14 +42,41 @@ ARGS = [
 SHANGHAI = "Asia/Shanghai"
 PHONE = {"width": 390, "height": 844}
 DUPLICATE_TEXT = "已有一条相同内容的记忆"
+SIGN_IN_PROMPT = "请先输入平台签发的令牌 (JWT)"
+SIGNED_IN_OR_REFUSED = (
+    "document.getElementById('page-info').textContent.length > 0"
+    " || document.getElementById('error').title !== ''"
+)
 
 
 @pytest.fixture(scope="module")
-async def browser() -> AsyncIterator[Any]:
+async def playwright() -> AsyncIterator[Any]:
     async with playwright_api.async_playwright() as p:
-        instance = await p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield instance
-        await instance.close()
+        yield p
+
+
+@pytest.fixture(scope="module")
+async def browser(playwright: Any) -> AsyncIterator[Any]:
+    instance = await playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+    yield instance
+    await instance.close()
+
+
+async def paste_token(page, jwt: str) -> None:  # type: ignore[no-untyped-def]
+    await page.fill("#token", jwt)
+    await page.click("#token-form button")
+    await page.wait_for_function(SIGNED_IN_OR_REFUSED)
+
+
+async def follow_link(page, jwt: str, code: str = "a-one-time-code") -> None:  # type: ignore[no-untyped-def]
+    """A sign-in link followed in this tab; its code exchanged (by a stand-in server) for `jwt`."""
+
+    async def exchange(route) -> None:  # type: ignore[no-untyped-def]
+        assert route.request.post_data_json == {"code": code}
+        await route.fulfill(json={"code": 0, "message": "success", "data": {"token": jwt}})
+
+    await page.route("**/api/v1/console/session", exchange)
+    await page.evaluate("(code) => { location.hash = 'code=' + code; }", code)
 
 
 @pytest.fixture
@@ -70,15 +100,10 @@ async def open_console(browser: Any, service: ServiceProcess, request: pytest.Fi
             viewport=viewport or {"width": 1280, "height": 720},
         )
         page = await context.new_page()
-        page.on("dialog", lambda d: d.accept())  # the delete confirmation
         if failures is not None:
             page.on("response", lambda r: failures.append(r.url) if r.status >= 400 else None)
-        jwt = jwt or token(user_id, permissions, secret=JWT_SECRET)
-        await page.goto(f"{service.base_url}/console/#token={jwt}")
-        await page.wait_for_function(
-            "document.getElementById('page-info').textContent.length > 0"
-            " || !document.getElementById('error').hidden"
-        )
+        await page.goto(f"{service.base_url}/console/")
+        await paste_token(page, jwt or token(user_id, permissions, secret=JWT_SECRET))
         pages.append(page)
         return page
 
@@ -135,12 +160,29 @@ async def test_dismiss_and_restore(open_console, user_id: int) -> None:  # type:
     await page.wait_for_selector("#memory-list li:has-text('可以忽略的记忆')")
 
 
-async def test_delete_with_confirmation(open_console, user_id: int, mysql_db: Database) -> None:  # type: ignore[no-untyped-def]
+async def test_delete_asks_in_the_page_in_chinese_never_a_native_dialog(
+    open_console, user_id: int, mysql_db: Database
+) -> None:  # type: ignore[no-untyped-def]
     page = await open_console(user_id)
+    native: list[str] = []
+
+    async def refuse(dialog) -> None:  # type: ignore[no-untyped-def]
+        native.append(dialog.message)
+        await dialog.dismiss()
+
+    page.on("dialog", refuse)
     await add_memory(page, "要删除的记忆")
-    await page.locator("#memory-list li", has_text="要删除的记忆").locator("button.delete").click()
+    row = page.locator("#memory-list li", has_text="要删除的记忆")
+    await row.locator("button.delete").click()
+    await page.wait_for_selector("#confirm-dialog[open]")
+    assert await page.text_content("#confirm-title") == "删除这条记忆?"
+    assert await page.text_content("#confirm-text") == "删除后不可恢复。"
+    await page.click("#confirm-dialog button:text('取消')")
+    assert await page.is_hidden("#confirm-dialog") and len(await items(mysql_db, user_id)) == 1
+    await row.locator("button.delete").click()
+    await page.click("#confirm-ok:text('删除')")
     await page.wait_for_selector("#memory-list li:has-text('要删除的记忆')", state="detached")
-    assert await items(mysql_db, user_id) == []
+    assert await items(mysql_db, user_id) == [] and native == []
 
 
 async def test_auto_capture_switch_survives_a_reload(open_console, user_id: int) -> None:  # type: ignore[no-untyped-def]
@@ -268,33 +310,39 @@ async def test_an_error_in_the_dialog_is_shown_there_in_chinese_and_leaves_with_
     assert await page.is_hidden("#add-error")
 
 
-async def test_a_new_token_in_the_address_of_an_open_tab_takes_over_and_leaves_the_address(
+async def test_a_sign_in_link_for_another_account_asks_before_switching(
     open_console, user_id: int, mysql_db: Database
 ) -> None:  # type: ignore[no-untyped-def]
     await seed(mysql_db, user_id, "甲的记忆")
     await seed(mysql_db, user_id + 1, "乙的记忆")
     page = await open_console(user_id)
     await page.wait_for_selector("#memory-list li:has-text('甲的记忆')")
-    assert "token" not in page.url
     other = token(user_id + 1, ["memory:read"], secret=JWT_SECRET)
-    await page.evaluate("(t) => { location.hash = 'token=' + t; }", other)
+    await follow_link(page, other, "link-one")
+    await page.wait_for_selector("#confirm-dialog[open]")
+    assert "code" not in page.url
+    assert f"用户 {user_id + 1}" in (await page.text_content("#confirm-text") or "")
+    await page.click("#confirm-dialog button:text('取消')")
+    assert await page.text_content("#whoami-user") == f"用户 {user_id}"
+    assert await page.locator("#memory-list li", has_text="甲的记忆").count() == 1
+    await page.unroute("**/api/v1/console/session")
+    await follow_link(page, other, "link-two")
+    await page.click("#confirm-ok:text('切换')")
     await page.wait_for_selector("#memory-list li:has-text('乙的记忆')")
     assert await page.locator("#memory-list li", has_text="甲的记忆").count() == 0
-    assert "token" not in page.url
     assert await page.text_content("#whoami-user") == f"用户 {user_id + 1}"
     assert await page.is_visible("#nav-audit")
 
 
-async def test_switching_to_an_admin_token_shows_the_model_setting_at_once(
+async def test_a_link_for_the_same_account_with_more_permissions_applies_at_once(
     open_console, user_id: int
 ) -> None:  # type: ignore[no-untyped-def]
     page = await open_console(user_id, ["memory:read"])
     await page.click("#nav-audit")
     assert await page.is_hidden("#model-setting")
-    await page.fill("#token", token(user_id, ["memory:read", "memory:admin"], secret=JWT_SECRET))
-    await page.click("#token-form button")
+    await follow_link(page, token(user_id, ["memory:read", "memory:admin"], secret=JWT_SECRET))
     await page.wait_for_selector("#model-effective:has-text('scripted-default')")
-    assert await page.is_visible("#page-audit")
+    assert await page.is_visible("#page-audit") and await page.is_hidden("#confirm-dialog")
     assert await page.text_content("#whoami-permissions") == "审计 · 管理"
 
 
@@ -307,8 +355,8 @@ async def test_a_reader_token_replaced_by_a_plain_one_leaves_the_audit_page_and_
     await page.fill("#audit-user", str(user_id + 1))
     await page.click("#audit-form button")
     await page.wait_for_selector("#audit-table td:has-text('不该留在屏幕上')")
-    await page.fill("#token", token(user_id, secret=JWT_SECRET))
-    await page.click("#token-form button")
+    await page.click("#sign-out")
+    await paste_token(page, token(user_id, secret=JWT_SECRET))
     await page.wait_for_selector("#page-memory:not([hidden])")
     assert await page.is_hidden("#nav-audit")
     assert await page.locator("#audit-table td").count() == 0
@@ -321,15 +369,218 @@ async def test_an_expired_token_is_explained_in_chinese(open_console, user_id: i
     assert await page.get_attribute("#error", "title") == "invalid token: expired"
 
 
-async def test_sign_out_forgets_the_token(open_console, user_id: int, mysql_db: Database) -> None:  # type: ignore[no-untyped-def]
-    await seed(mysql_db, user_id, "退出后不该看到")
-    page = await open_console(user_id)
-    await page.wait_for_selector("#memory-list li")
-    await page.click("#sign-out")
+async def nothing_of_a_user_is_left(page) -> None:  # type: ignore[no-untyped-def]
     await page.wait_for_selector("#whoami", state="hidden")
     assert await page.locator("#memory-list li").count() == 0
+    assert not await page.is_checked("#auto-capture")
+    assert await page.text_content("#page-info") == ""
     assert await page.evaluate("sessionStorage.getItem('memoryToken')") is None
-    assert await page.text_content("#error") == "请先输入平台签发的令牌 (JWT)"
+    for action in ("#add-open", "#auto-capture", "#nav-memory", "#status-filter", "#next"):
+        assert await page.is_hidden(action), action
+    assert await page.is_visible("#token")
+
+
+async def test_sign_out_and_a_refused_token_leave_nothing_of_the_previous_user(
+    open_console, user_id: int, mysql_db: Database
+) -> None:  # type: ignore[no-untyped-def]
+    await seed(mysql_db, user_id, "退出后不该看到")
+    await set_capture(mysql_db, user_id)
+    page = await open_console(user_id)
+    await page.wait_for_selector("#memory-list li")
+    assert await page.is_checked("#auto-capture")
+    await page.click("#sign-out")
+    await nothing_of_a_user_is_left(page)
+    assert await page.text_content("#error") == SIGN_IN_PROMPT
+
+    await paste_token(page, token(user_id, secret=JWT_SECRET))
+    await page.wait_for_selector("#memory-list li")
+    await page.evaluate("sessionStorage.setItem('memoryToken', 'no-longer-a-token')")
+    await page.select_option("#status-filter", "DISMISSED")
+    await nothing_of_a_user_is_left(page)
+    assert await page.text_content("#error") == "令牌无效或已过期,请重新输入平台签发的令牌"
+
+
+async def test_the_token_field_is_hidden_while_signed_in(open_console, user_id: int) -> None:  # type: ignore[no-untyped-def]
+    page = await open_console(user_id)
+    assert await page.is_hidden("#token-form") and await page.is_visible("#whoami")
+    await page.click("#sign-out")
+    await page.wait_for_selector("#token-form", state="visible")
+
+
+async def test_the_printed_link_signs_in_once_and_leaves_no_token_in_the_profiles_history(
+    playwright: Any, browser: Any, tmp_path: Path
+) -> None:
+    """`make run` without credentials: its console link, opened in a profile kept on disk."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'memory.db'}"
+    upgrade_schema(url)
+    env = {
+        "MEMORY_DATABASE_URL": url,
+        "MEMORY_KAFKA_BOOTSTRAP": "",
+        "MEMORY_EMBEDDED_KAFKA_PORT": str(free_port()),
+        "MEMORY_KAFKA_PARTITIONS": "1",
+        "MEMORY_SHUTDOWN_GRACE_S": "1",
+    }
+    service = ServiceProcess("run", env, name="first-run").start()
+    try:
+        printed = service.log_path.read_text()
+        link = re.findall(r"console:\s+(\S+)", printed)[-1]
+        jwt = re.findall(r"user 1 token:\s+(\S+)", printed)[-1]
+        profile = tmp_path / "profile"
+        context = await playwright.chromium.launch_persistent_context(
+            str(profile), executable_path=CHROMIUM, args=ARGS
+        )
+        page = await context.new_page()
+        await page.goto(link)
+        await page.wait_for_selector("#whoami-user:text('用户 1')")
+        assert page.url == f"{service.base_url}/console/"
+        assert await page.evaluate("sessionStorage.getItem('memoryToken')") == jwt
+        await context.close()
+        with sqlite3.connect(profile / "Default" / "History") as history:
+            visited = [row[0] for row in history.execute("SELECT url FROM urls")]
+        assert any("/console/" in address for address in visited), visited
+        assert not [address for address in visited if jwt in address or "token=" in address]
+
+        again = await browser.new_page()
+        await again.goto(link)
+        await again.wait_for_selector("#error:has-text('登录链接已失效')")
+        assert await again.is_hidden("#whoami") and await again.is_visible("#token")
+        await again.close()
+    finally:
+        service.stop()
+
+
+async def test_one_row_is_edited_at_a_time_and_cancel_never_reloads_a_draft_away(
+    open_console, user_id: int, mysql_db: Database
+) -> None:  # type: ignore[no-untyped-def]
+    first = await seed(mysql_db, user_id, "第一条", age_minutes=1)
+    second = await seed(mysql_db, user_id, "第二条")
+    page = await open_console(user_id)
+    listed: list[str] = []
+    page.on("request", lambda r: listed.append(r.url) if "/api/v1/memory?" in r.url else None)
+    row = lambda row_id: page.locator(f"#memory-list li[data-id='{row_id}']")  # noqa: E731
+    await row(first).locator("button.edit").click()
+    await row(first).locator("textarea").fill("第一条的草稿")
+    await row(second).locator("button.edit").click()
+    await page.wait_for_selector("#confirm-dialog[open]")
+    assert await page.text_content("#confirm-title") == "放弃未保存的修改?"
+    await page.click("#confirm-dialog button:text('取消')")
+    assert await row(first).locator("textarea").input_value() == "第一条的草稿"
+    assert await page.locator("#memory-list textarea").count() == 1
+    await page.select_option("#status-filter", "DISMISSED")
+    await page.click("#confirm-dialog button:text('取消')")
+    await page.wait_for_function("document.getElementById('status-filter').value === 'ACTIVE'")
+    assert await row(first).locator("textarea").input_value() == "第一条的草稿"
+
+    await row(second).locator("button.edit").click()
+    await page.click("#confirm-ok:text('放弃修改')")
+    assert await row(first).locator(".content").text_content() == "第一条"
+    assert await page.locator("#memory-list textarea").count() == 1
+    await row(second).locator("textarea").fill("第二条的草稿")
+    await row(second).locator("button.cancel").click()
+    assert await row(second).locator(".content").text_content() == "第二条"
+    assert await page.locator("#memory-list textarea").count() == 0 and listed == []
+
+
+async def test_escape_closes_whatever_is_on_top(open_console, user_id: int) -> None:  # type: ignore[no-untyped-def]
+    page = await open_console(user_id)
+    await add_memory(page, "正在编辑")
+    await add_memory(page, "看它的历史")
+    edited, other = [
+        await page.locator("#memory-list li", has_text=text).get_attribute("data-id")
+        for text in ("正在编辑", "看它的历史")
+    ]
+    await page.locator(f"#memory-list li[data-id='{edited}'] button.edit").click()
+    await page.locator(f"#memory-list li[data-id='{other}'] button.history").click()
+    await page.wait_for_selector("#history-drawer", state="visible")
+    await open_add(page)
+    await page.keyboard.press("Escape")
+    assert not await page.evaluate("document.getElementById('add-dialog').open")
+    editors = page.locator("#memory-list textarea")
+    assert await page.is_visible("#history-drawer") and await editors.count() == 1
+    await page.keyboard.press("Escape")
+    assert await page.is_hidden("#history-drawer") and await editors.count() == 1
+    await page.keyboard.press("Escape")
+    assert await editors.count() == 0
+    assert await page.locator(f"#memory-list li[data-id='{edited}'] .content").text_content() == "正在编辑"
+
+
+async def test_saving_a_memory_deleted_elsewhere_removes_its_row_and_counts_it_out(
+    open_console, user_id: int, mysql_db: Database, service: ServiceProcess
+) -> None:  # type: ignore[no-untyped-def]
+    await seed(mysql_db, user_id, "留下的", age_minutes=1)
+    gone = await seed(mysql_db, user_id, "在别处删掉的")
+    page = await open_console(user_id)
+    assert await page.text_content("#page-info") == "第 1 / 1 页 · 共 2 条"
+    await page.locator(f"#memory-list li[data-id='{gone}'] button.edit").click()
+    await page.fill("#memory-list textarea", "改了也存不下")
+    async with httpx.AsyncClient() as client:
+        deleted = await client.delete(
+            f"{service.base_url}/api/v1/memory/{gone}",
+            headers={"Authorization": f"Bearer {token(user_id, secret=JWT_SECRET)}"},
+        )
+    assert deleted.status_code == 200
+    await page.click("#memory-list button.save")
+    await page.wait_for_selector(f"#memory-list li[data-id='{gone}']", state="detached")
+    assert await page.text_content("#error") == "记忆不存在或已被删除"
+    assert await page.text_content("#page-info") == "第 1 / 1 页 · 共 1 条"
+    assert await page.locator("#memory-list li", has_text="留下的").count() == 1
+
+
+async def test_a_double_click_sends_one_request(open_console, user_id: int) -> None:  # type: ignore[no-untyped-def]
+    page = await open_console(user_id)
+    changes: list[str] = []
+    page.on("request", lambda r: changes.append(r.method) if r.method in {"POST", "PATCH"} else None)
+
+    async def slowly(route) -> None:  # type: ignore[no-untyped-def]
+        await asyncio.sleep(0.3)
+        await route.continue_()
+
+    await page.route("**/api/v1/memory**", slowly)
+    await open_add(page)
+    await page.fill("#add-content", "双击只存一次")
+    await page.dblclick("#add-submit")
+    row = page.locator("#memory-list li", has_text="双击只存一次")
+    await row.wait_for()
+    await row.locator("button.dismiss").dblclick()
+    await row.wait_for(state="detached")
+    await page.wait_for_timeout(500)
+    assert changes == ["POST", "PATCH"]
+
+
+async def test_the_project_scope_explains_itself_without_projects(
+    open_console, user_id: int, mysql_db: Database
+) -> None:  # type: ignore[no-untyped-def]
+    page = await open_console(user_id)
+    await open_add(page)
+    assert await page.is_disabled("#add-scope option[value='PROJECT']")
+    assert "还没有项目" in (await page.text_content("#add-project-hint") or "")
+    assert await page.is_visible("#add-project-hint")
+    await page.click("#add-cancel")
+    await remember_projects(mysql_db, user_id, "mao")
+    await open_add(page)
+    assert await page.is_hidden("#add-project-hint")
+
+
+async def test_dismissed_rows_say_who_dismissed_them(open_console, user_id: int, mysql_db: Database) -> None:  # type: ignore[no-untyped-def]
+    for content, by in [("用户不要的", DismissedBy.USER), ("给新记忆让位的", DismissedBy.CAPACITY)]:
+        await seed(mysql_db, user_id, content, status=Status.DISMISSED, dismissed_by=by)
+    page = await open_console(user_id)
+    await page.select_option("#status-filter", "DISMISSED")
+    user_row = page.locator("#memory-list li", has_text="用户不要的")
+    await user_row.wait_for()
+    assert "用户忽略" in (await user_row.locator(".meta").text_content() or "")
+    capacity_row = page.locator("#memory-list li", has_text="给新记忆让位的")
+    assert "容量降级" in (await capacity_row.locator(".meta").text_content() or "")
+
+
+async def test_the_empty_list_points_at_the_auto_capture_switch_while_it_is_off(
+    open_console, user_id: int
+) -> None:  # type: ignore[no-untyped-def]
+    page = await open_console(user_id)
+    await page.wait_for_selector("#memory-empty", state="visible")
+    assert "「自动收集记忆」开关" in (await page.text_content("#memory-empty") or "")
+    await page.click("#auto-capture")
+    await page.wait_for_selector("#memory-empty:text-is('暂无记忆')")
 
 
 async def test_history_and_dates_are_in_chinese_and_local_time(

@@ -15,6 +15,7 @@ from starlette.requests import Request
 from service.config import Settings
 from service.entrypoints.cli import _with_throwaway_credentials
 from service.entrypoints.http.auth import Authenticator
+from service.entrypoints.http.console_routes import SIGN_IN_CODES
 
 SECRET = "cli-secret-cli-secret-cli-secret-0123456789"
 
@@ -62,9 +63,11 @@ def test_a_first_run_on_embedded_defaults_gets_throwaway_credentials(
     settings = _with_throwaway_credentials(Settings(_env_file=None))  # type: ignore[call-arg]
     printed = capsys.readouterr().out
     assert settings.jwt_secret is not None and settings.internal_token is not None
-    token = printed.split("#token=")[1].split()[0]
-    assert "http://127.0.0.1:8080/console/#token=" in printed
+    token = printed.split("token:")[1].split()[0]
+    code = printed.split("http://127.0.0.1:8080/console/#code=")[1].split()[0]
     assert caller(settings, token) == (1, frozenset({"memory:read", "memory:admin"}))
+    assert token not in printed.split("console:")[1].split()[0]
+    assert SIGN_IN_CODES.redeem(code) == token and SIGN_IN_CODES.redeem(code) is None  # once
     again = _with_throwaway_credentials(Settings(_env_file=None))  # type: ignore[call-arg]
     assert again.jwt_secret is not None
     assert again.jwt_secret.get_secret_value() != settings.jwt_secret.get_secret_value()  # per run

@@ -15,6 +15,7 @@ from service.entrypoints.http.admin_routes import admin_router
 from service.entrypoints.http.api_docs import install_api_docs
 from service.entrypoints.http.auth import Authenticator
 from service.entrypoints.http.body_limit import BodyLimit
+from service.entrypoints.http.console_routes import console_router
 from service.entrypoints.http.envelope import install_error_handlers
 from service.entrypoints.http.internal_routes import internal_router
 from service.entrypoints.http.memory_routes import memory_router
@@ -66,6 +67,7 @@ def create_app(container: Container, include_api: bool, checks: dict[str, Check]
         app.include_router(internal_router(service, settings))
         app.include_router(memory_router(service))
         app.include_router(admin_router(service, settings.default_model))
+        app.include_router(console_router())
         app.mount("/console", ConsoleFiles(directory=CONSOLE_DIR, html=True), name="console")
         app.add_api_route("/favicon.ico", _favicon, include_in_schema=False)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]

@@ -4,8 +4,9 @@
 
 const $ = (id) => document.getElementById(id);
 const MAX_CHARS = 500;
+const TOKEN_KEY = "memoryToken";
 const state = {
-  scope: "", status: "ACTIVE", page: 1, pageSize: 20, auditPage: 1, auditUser: null, view: "memory",
+  view: "memory",
   generation: 0, // bumped when the signed-in token changes, so a slow answer for the old one is dropped
 };
 
@@ -16,24 +17,15 @@ class ApiFailure extends Error {
   }
 }
 
-// The token lives only in this tab's session. A #token= in the address (on load or later, in an
-// open tab) replaces it and is removed from the address at once.
-function adoptTokenFromAddress() {
-  const fromHash = new URLSearchParams(location.hash.slice(1)).get("token");
-  if (fromHash === null) return false;
-  sessionStorage.setItem("memoryToken", fromHash.trim());
-  history.replaceState(null, "", location.pathname + location.search);
-  return true;
-}
-
+// The token lives only in this tab's session storage: pasted, or exchanged for a sign-in link's code.
 function token() {
-  return sessionStorage.getItem("memoryToken") || "";
+  return sessionStorage.getItem(TOKEN_KEY) || "";
 }
 
-/** The token's claims, read for display only; the server verifies every call. */
-function claims() {
+/** A token's claims, read for display only; the server verifies every call. */
+function claims(jwt = token()) {
   try {
-    const payload = token().split(".")[1].replace(/-/g, "+").replace(/_/g, "/");
+    const payload = jwt.split(".")[1].replace(/-/g, "+").replace(/_/g, "/");
     const bytes = Uint8Array.from(atob(payload), (c) => c.charCodeAt(0));
     return JSON.parse(new TextDecoder().decode(bytes)) || {};
   } catch (_) {
@@ -52,25 +44,63 @@ function showMessage(box, text, detail) {
   box.hidden = !text;
 }
 
-async function api(method, path, body, errorBox = $("error")) {
+/**
+ * One API call. An answer meant for a previous sign-in is dropped; a refused token signs out, which
+ * leaves nothing of its user on screen. An `anonymous` call (the sign-in code) sends no token.
+ */
+async function api(method, path, body, { box = $("error"), anonymous = false } = {}) {
+  if (!anonymous && !token()) throw new ApiFailure(40100, "signed out");
+  const generation = state.generation;
+  const headers = { "Content-Type": "application/json" };
+  if (!anonymous) headers.Authorization = `Bearer ${token()}`;
   let response;
   try {
-    response = await fetch(path, {
-      method,
-      headers: { Authorization: `Bearer ${token()}`, "Content-Type": "application/json" },
-      body: body === undefined ? undefined : JSON.stringify(body),
-    });
+    response = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
   } catch (_) {
-    showMessage(errorBox, NETWORK_ERROR);
+    if (generation === state.generation) showMessage(box, NETWORK_ERROR);
     throw new ApiFailure(0, "network");
   }
   const envelope = await response.json().catch(() => ({ code: response.status * 100, message: response.statusText }));
+  if (generation !== state.generation) throw new ApiFailure(0, "an answer for a previous sign-in");
   if (!response.ok || envelope.code !== 0) {
-    showMessage(errorBox, errorText(envelope.code), envelope.message);
+    if (envelope.code === 40100 && !anonymous) {
+      signOut();
+      box = $("error");
+    }
+    showMessage(box, errorText(envelope.code), envelope.message);
     throw new ApiFailure(envelope.code, envelope.message);
   }
-  showMessage(errorBox, "");
+  showMessage(box, "");
   return envelope.data;
+}
+
+/** Lets an action run on: an API failure is already on screen when it rejects; anything else is a bug. */
+function settle(action) {
+  Promise.resolve(action).catch((error) => {
+    if (!(error instanceof ApiFailure)) throw error;
+  });
+}
+
+function on(target, type, handler) {
+  target.addEventListener(type, (event) => settle(handler(event)));
+}
+
+/** Whether a control applies now; it stays disabled while its request is in flight either way. */
+function enable(control, applies) {
+  control.invalid = !applies;
+  control.disabled = control.invalid || Boolean(control.busy);
+}
+
+/** Runs `request` with `control` disabled until it settles, so a double click sends one request. */
+async function inFlight(control, request) {
+  control.busy = true;
+  control.disabled = true;
+  try {
+    return await request();
+  } finally {
+    control.busy = false;
+    enable(control, !control.invalid);
+  }
 }
 
 function el(tag, text, className) {
@@ -83,7 +113,7 @@ function el(tag, text, className) {
 function button(text, onClick, className) {
   const b = el("button", text, className);
   b.type = "button";
-  b.addEventListener("click", onClick);
+  on(b, "click", () => onClick(b));
   return b;
 }
 
@@ -93,34 +123,65 @@ function bindCounter(area, counter, save) {
     const n = charCount(area.value);
     counter.textContent = `${n}/${MAX_CHARS}`;
     counter.classList.toggle("over", n > MAX_CHARS);
-    save.disabled = n > MAX_CHARS || area.value.trim() === "";
+    enable(save, n <= MAX_CHARS && area.value.trim() !== "");
   };
   area.addEventListener("input", update);
   update();
 }
 
+/** The page's own confirmation: true for its confirming button, false for 取消 or Esc. */
+function ask(title, text, confirmLabel, danger = false) {
+  const dialog = $("confirm-dialog");
+  if (dialog.open) return Promise.resolve(false);
+  $("confirm-title").textContent = title;
+  $("confirm-text").textContent = text;
+  $("confirm-ok").textContent = confirmLabel;
+  $("confirm-ok").classList.toggle("danger", danger);
+  dialog.returnValue = "";
+  dialog.showModal();
+  return new Promise((resolve) => {
+    dialog.addEventListener("close", () => resolve(dialog.returnValue === "ok"), { once: true });
+  });
+}
+
 function setPager(prefix, data) {
   const pages = Math.max(1, Math.ceil(data.total / data.pageSize));
   $(`${prefix}page-info`).textContent = pageText(data.page, pages, data.total);
-  $(`${prefix}prev`).disabled = data.page <= 1;
-  $(`${prefix}next`).disabled = data.page >= pages;
+  enable($(`${prefix}prev`), data.page > 1);
+  enable($(`${prefix}next`), data.page < pages);
+}
+
+function clearPager(prefix) {
+  $(`${prefix}page-info`).textContent = "";
+  enable($(`${prefix}prev`), false);
+  enable($(`${prefix}next`), false);
 }
 
 async function loadSettings() {
-  const generation = state.generation;
-  const data = await api("GET", "/api/v1/memory/settings");
-  if (generation === state.generation) $("auto-capture").checked = data.autoCaptureEnabled;
+  $("auto-capture").checked = (await api("GET", "/api/v1/memory/settings")).autoCaptureEnabled;
 }
 
 async function loadMemories() {
-  const generation = state.generation;
   const params = new URLSearchParams({ page: state.page, pageSize: state.pageSize, status: state.status });
   if (state.scope) params.set("scope", state.scope);
   const data = await api("GET", `/api/v1/memory?${params}`);
-  if (generation !== state.generation) return;
-  $("memory-list").replaceChildren(...data.items.map(memoryRow));
-  $("memory-empty").hidden = data.items.length > 0;
+  // The row being edited keeps its draft while it is still listed.
+  const editing = state.editing;
+  if (editing && !data.items.some((item) => item.id === editing.item.id)) state.editing = null;
+  $("memory-list").replaceChildren(...data.items.map((item) => (
+    state.editing && item.id === editing.item.id ? editing.li : memoryRow(item))));
+  state.listed = data;
   setPager("", data);
+  showEmpty();
+}
+
+/** The empty list says where memories come from; with auto-capture off, it points at the switch. */
+function showEmpty() {
+  const box = $("memory-empty");
+  box.hidden = $("memory-list").children.length > 0;
+  box.textContent = state.status === "ACTIVE" && !$("auto-capture").checked
+    ? "暂无记忆。自动收集已关闭:打开上方的「自动收集记忆」开关后,Mao 会在任务结束后记下值得长期记住的内容;也可以点「新增记忆」手动添加。"
+    : "暂无记忆";
 }
 
 function memoryRow(item) {
@@ -129,7 +190,7 @@ function memoryRow(item) {
   const meta = el("div", undefined, "meta");
   meta.append(el("span", label("source", item.source), `badge ${item.source}`));
   if (item.scope === "PROJECT") meta.append(el("span", `项目: ${item.projectKey}`, "project"));
-  if (item.dismissedBy === "CAPACITY") meta.append(el("span", "容量已满时自动收起", "capacity"));
+  if (item.status === "DISMISSED") meta.append(el("span", statusText(item), "dismissed-by"));
   const time = el("time", formatTime(item.updatedAt));
   time.dateTime = item.updatedAt;
   meta.append(time);
@@ -137,39 +198,83 @@ function memoryRow(item) {
   actions.append(
     button("编辑", () => editInline(li, item), "edit"),
     item.status === "ACTIVE"
-      ? button("忽略", () => setStatus(item, "DISMISSED"), "dismiss")
-      : button("恢复", () => setStatus(item, "ACTIVE"), "restore"),
-    button("删除", () => remove(item), "delete danger"),
-    button("历史", () => showHistory(item.id), "history"),
+      ? button("忽略", (b) => setStatus(li, b, "DISMISSED"), "dismiss")
+      : button("恢复", (b) => setStatus(li, b, "ACTIVE"), "restore"),
+    button("删除", (b) => remove(li, b), "delete danger"),
+    button("历史", (b) => inFlight(b, () => showHistory(item.id)), "history"),
   );
   meta.append(actions);
   li.append(el("div", item.content, "content"), meta);
   return li;
 }
 
-function editInline(li, item) {
+/** One row at a time is edited: opening another first closes this one, asking if it has changes. */
+async function editInline(li, item) {
+  if (!(await leaveEdit())) return;
   const area = el("textarea");
   area.value = item.content;
   area.rows = 3;
   const counter = el("span", undefined, "counter");
-  const save = button("保存", () => {
-    api("PATCH", `/api/v1/memory/${item.id}`, { content: area.value }).then(loadMemories).catch(() => {});
-  }, "save primary");
+  const save = button("保存", saveEdit, "save primary");
   const row = el("div", undefined, "edit-actions");
-  row.append(counter, button("取消", () => loadMemories().catch(() => {}), "cancel"), save);
+  row.append(counter, button("取消", closeEdit, "cancel"), save);
   li.replaceChildren(area, row);
+  state.editing = { li, item, area };
   bindCounter(area, counter, save);
   area.focus();
 }
 
-async function setStatus(item, status) {
-  await api("PATCH", `/api/v1/memory/${item.id}`, { status });
+/** The edited row goes back to what it shows unedited; nothing else on the page changes. */
+function closeEdit() {
+  const { li, item } = state.editing;
+  state.editing = null;
+  li.replaceWith(memoryRow(item));
+}
+
+/** Whether the row being edited may close: at once when unchanged, after asking when not. */
+async function leaveEdit() {
+  const editing = state.editing;
+  if (!editing) return true;
+  const changed = editing.area.value !== editing.item.content;
+  if (changed && !(await ask("放弃未保存的修改?", "正在编辑的记忆还没有保存,放弃后这些修改将丢失。", "放弃修改"))) {
+    editing.area.focus();
+    return false;
+  }
+  if (state.editing === editing) closeEdit();
+  return true;
+}
+
+async function saveEdit(save) {
+  const editing = state.editing;
+  await rowRequest(editing.li, save, "PATCH", { content: editing.area.value });
+  if (state.editing === editing) state.editing = null;
   await loadMemories();
 }
 
-async function remove(item) {
-  if (!confirm("确定删除这条记忆吗?删除后不可恢复。")) return;
-  await api("DELETE", `/api/v1/memory/${item.id}`);
+/** A request about one listed memory; a memory deleted elsewhere (404) leaves the list at once. */
+async function rowRequest(li, control, method, body) {
+  try {
+    await inFlight(control, () => api(method, `/api/v1/memory/${li.dataset.id}`, body));
+  } catch (error) {
+    if (error.code === 40400 && li.isConnected) {
+      if (state.editing && state.editing.li === li) state.editing = null;
+      li.remove();
+      state.listed.total -= 1;
+      setPager("", state.listed);
+      showEmpty();
+    }
+    throw error;
+  }
+}
+
+async function setStatus(li, control, status) {
+  await rowRequest(li, control, "PATCH", { status });
+  await loadMemories();
+}
+
+async function remove(li, control) {
+  if (!(await ask("删除这条记忆?", "删除后不可恢复。", "删除", true))) return;
+  await rowRequest(li, control, "DELETE");
   await loadMemories();
 }
 
@@ -190,8 +295,8 @@ async function showHistory(id, userId) {
   $("history-drawer").hidden = false;
 }
 
-async function openAdd() {
-  const projects = await api("GET", "/api/v1/memory/projects");
+async function openAdd(control) {
+  const projects = await inFlight(control, () => api("GET", "/api/v1/memory/projects"));
   $("add-project").replaceChildren(...projects.map((key) => {
     const option = el("option", key);
     option.value = key;
@@ -199,6 +304,7 @@ async function openAdd() {
   }));
   $("add-scope").value = "USER";
   $("add-scope").querySelector('[value="PROJECT"]').disabled = projects.length === 0;
+  $("add-project-hint").hidden = projects.length > 0;
   $("add-content").value = "";
   $("add-content").dispatchEvent(new Event("input"));
   showScopeFields();
@@ -216,7 +322,7 @@ async function submitAdd(event) {
   const body = { scope: $("add-scope").value, content: $("add-content").value };
   if (body.scope === "PROJECT") body.projectKey = $("add-project").value;
   try {
-    await api("POST", "/api/v1/memory", body, $("add-error"));
+    await inFlight($("add-submit"), () => api("POST", "/api/v1/memory", body, { box: $("add-error") }));
   } catch (_) {
     return; // the dialog stays open with the reason shown inside it
   }
@@ -226,121 +332,169 @@ async function submitAdd(event) {
 
 async function loadAudit() {
   if (!state.auditUser) return;
-  const generation = state.generation;
   const params = new URLSearchParams({ userId: state.auditUser, page: state.auditPage, pageSize: 20 });
   const data = await api("GET", `/api/v1/admin/memory?${params}`);
-  if (generation !== state.generation) return;
   $("audit-table").tBodies[0].replaceChildren(...data.items.map((item) => {
     const tr = el("tr");
-    const status = item.dismissedBy === "CAPACITY" ? "容量已满时收起" : label("status", item.status);
     const cells = [item.id, label("scope", item.scope), item.projectKey || "", item.content,
-      label("source", item.source), status, formatTime(item.updatedAt)];
+      label("source", item.source), statusText(item), formatTime(item.updatedAt)];
     tr.append(...cells.map((value) => el("td", String(value))));
-    tr.addEventListener("click", () => showHistory(item.id, state.auditUser).catch(() => {}));
+    on(tr, "click", () => showHistory(item.id, state.auditUser));
     return tr;
   }));
   setPager("audit-", data);
 }
 
 async function loadModelSetting() {
-  const generation = state.generation;
   const data = await api("GET", "/api/v1/admin/memory/settings");
-  if (generation !== state.generation) return;
   $("model-id").value = data.extractionModelId;
   $("model-effective").textContent = `当前生效: ${data.effectiveModel}`;
 }
 
 function showPage(page) {
+  const signedIn = token() !== "";
   state.view = page === "audit" && can("memory:read") ? "audit" : "memory";
   for (const name of ["memory", "audit"]) {
-    $(`page-${name}`).hidden = name !== state.view;
+    $(`page-${name}`).hidden = !signedIn || name !== state.view;
     $(`nav-${name}`).classList.toggle("active", name === state.view);
   }
-  const admin = state.view === "audit" && can("memory:admin");
+  const admin = signedIn && state.view === "audit" && can("memory:admin");
   $("model-setting").hidden = !admin;
-  if (admin) loadModelSetting().catch(() => {});
+  return admin ? loadModelSetting() : undefined;
 }
 
 /** Who is signed in, with what; the audit tab exists only for `memory:read`. */
 function showIdentity() {
   const c = claims();
-  const signedIn = token() !== "" && c.sub !== undefined;
+  const signedIn = token() !== "";
+  $("nav").hidden = !signedIn;
   $("whoami").hidden = !signedIn;
-  $("whoami-user").textContent = signedIn ? `用户 ${c.sub}` : "";
+  $("token-form").hidden = signedIn;
+  $("whoami-user").textContent = signedIn ? `用户 ${c.sub ?? ""}` : "";
   const granted = Array.isArray(c.permissions) ? c.permissions.map((p) => label("permission", p)) : [];
   $("whoami-permissions").textContent = granted.join(" · ");
   $("nav-audit").hidden = !can("memory:read");
+  return signedIn;
 }
 
 /** (Re)start for the current token: nothing of the previous identity stays on screen. */
 function start() {
   state.generation += 1;
-  state.auditUser = null;
-  state.page = 1;
-  $("audit-table").tBodies[0].replaceChildren();
-  $("audit-page-info").textContent = "";
+  Object.assign(state, {
+    scope: "", status: "ACTIVE", page: 1, pageSize: 20, auditPage: 1, auditUser: null, editing: null, listed: null,
+  });
+  document.querySelectorAll(".scope").forEach((b) => b.classList.toggle("active", b.dataset.scope === ""));
+  $("status-filter").value = "ACTIVE";
+  $("auto-capture").checked = false;
   $("memory-list").replaceChildren();
+  $("memory-empty").hidden = true;
+  clearPager("");
+  $("audit-user").value = "";
+  $("audit-table").tBodies[0].replaceChildren();
+  clearPager("audit-");
+  $("model-id").value = "";
+  $("model-effective").textContent = "";
+  $("history-list").replaceChildren();
   $("history-drawer").hidden = true;
-  if ($("add-dialog").open) $("add-dialog").close();
-  showIdentity();
-  showPage(state.view);
-  if (!token()) {
-    showMessage($("error"), "请先输入平台签发的令牌 (JWT)");
+  document.querySelectorAll("dialog[open]").forEach((dialog) => dialog.close());
+  const signedIn = showIdentity();
+  showMessage($("error"), signedIn ? "" : SIGN_IN_PROMPT);
+  return signedIn ? Promise.all([showPage(state.view), loadSettings().then(loadMemories)]) : showPage(state.view);
+}
+
+function signIn(jwt) {
+  sessionStorage.setItem(TOKEN_KEY, jwt);
+  return start();
+}
+
+function signOut() {
+  sessionStorage.removeItem(TOKEN_KEY);
+  state.view = "memory";
+  return start();
+}
+
+/**
+ * A sign-in link (`mao-memory run` prints one): the address forgets its one-time code at once, the
+ * code is exchanged for the token, and a link for another account than the signed-in one asks first.
+ */
+async function signInFromLink() {
+  const code = new URLSearchParams(location.hash.slice(1)).get("code");
+  if (code === null) return;
+  history.replaceState(null, "", location.pathname + location.search);
+  let session;
+  try {
+    session = await api("POST", "/api/v1/console/session", { code: code.trim() }, { anonymous: true });
+  } catch (error) {
+    if (error.code !== 0) showMessage($("error"), LINK_REFUSED, error.message); // not a network failure
+    throw error;
+  }
+  const [current, next] = [claims().sub, claims(session.token).sub];
+  if (token() && current !== next
+      && !(await ask("切换账号?", `此链接会以用户 ${next} 登录,替换当前的用户 ${current}。`, "切换"))) return;
+  await signIn(session.token);
+}
+
+/** Whatever changes the listed page first lets the edited row go (asking if it has changes). */
+async function relist(change, control) {
+  if (!(await leaveEdit())) {
+    $("status-filter").value = state.status;
     return;
   }
-  showMessage($("error"), "");
-  loadSettings().then(loadMemories).catch(() => {});
+  change();
+  await inFlight(control, loadMemories);
 }
 
 function wire() {
-  document.querySelectorAll(".nav").forEach((b) => b.addEventListener("click", () => showPage(b.dataset.page)));
-  document.querySelectorAll(".scope").forEach((b) => b.addEventListener("click", () => {
+  document.querySelectorAll(".nav").forEach((b) => on(b, "click", () => showPage(b.dataset.page)));
+  document.querySelectorAll(".scope").forEach((b) => on(b, "click", () => relist(() => {
     document.querySelectorAll(".scope").forEach((x) => x.classList.toggle("active", x === b));
     state.scope = b.dataset.scope;
     state.page = 1;
-    loadMemories().catch(() => {});
-  }));
-  $("status-filter").addEventListener("change", (e) => { state.status = e.target.value; state.page = 1; loadMemories().catch(() => {}); });
-  $("prev").addEventListener("click", () => { state.page -= 1; loadMemories().catch(() => {}); });
-  $("next").addEventListener("click", () => { state.page += 1; loadMemories().catch(() => {}); });
-  $("auto-capture").addEventListener("change", (e) => {
-    api("PATCH", "/api/v1/memory/settings", { autoCaptureEnabled: e.target.checked }).catch(() => loadSettings().catch(() => {}));
-  });
-  $("add-open").addEventListener("click", () => openAdd().catch(() => {}));
+  }, b)));
+  on($("status-filter"), "change", (e) => relist(() => { state.status = e.target.value; state.page = 1; }, e.target));
+  on($("prev"), "click", (e) => relist(() => { state.page -= 1; }, e.currentTarget));
+  on($("next"), "click", (e) => relist(() => { state.page += 1; }, e.currentTarget));
+  on($("auto-capture"), "change", (e) => inFlight(e.target, () => (
+    api("PATCH", "/api/v1/memory/settings", { autoCaptureEnabled: e.target.checked })))
+    .catch(() => loadSettings())
+    .finally(showEmpty));
+  on($("add-open"), "click", (e) => openAdd(e.currentTarget));
   bindCounter($("add-content"), $("add-counter"), $("add-submit"));
   $("add-scope").addEventListener("change", showScopeFields);
-  $("add-form").addEventListener("submit", (e) => { submitAdd(e).catch(() => {}); });
+  on($("add-form"), "submit", submitAdd);
   $("add-cancel").addEventListener("click", () => $("add-dialog").close());
   // However the dialog closes (取消, Esc, saved), its error leaves with it.
   $("add-dialog").addEventListener("close", () => showMessage($("add-error"), ""));
   $("history-close").addEventListener("click", () => { $("history-drawer").hidden = true; });
-  $("audit-form").addEventListener("submit", (e) => {
+  // Esc closes what is on top: a dialog closes itself, then the history drawer, then the edit.
+  document.addEventListener("keydown", (e) => {
+    if (e.key !== "Escape" || document.querySelector("dialog[open]")) return;
+    if (!$("history-drawer").hidden) $("history-drawer").hidden = true;
+    else if (state.editing) closeEdit();
+  });
+  on($("audit-form"), "submit", (e) => {
     e.preventDefault();
     state.auditUser = $("audit-user").value;
     state.auditPage = 1;
-    loadAudit().catch(() => {});
+    return inFlight(e.submitter, loadAudit);
   });
-  $("audit-prev").addEventListener("click", () => { state.auditPage -= 1; loadAudit().catch(() => {}); });
-  $("audit-next").addEventListener("click", () => { state.auditPage += 1; loadAudit().catch(() => {}); });
-  $("model-form").addEventListener("submit", (e) => {
+  on($("audit-prev"), "click", (e) => { state.auditPage -= 1; return inFlight(e.currentTarget, loadAudit); });
+  on($("audit-next"), "click", (e) => { state.auditPage += 1; return inFlight(e.currentTarget, loadAudit); });
+  on($("model-form"), "submit", async (e) => {
     e.preventDefault();
-    api("PUT", "/api/v1/admin/memory/settings", { extractionModelId: $("model-id").value.trim() })
-      .then((data) => { $("model-effective").textContent = `当前生效: ${data.effectiveModel}`; })
-      .catch(() => {});
+    const body = { extractionModelId: $("model-id").value.trim() };
+    const data = await inFlight(e.submitter, () => api("PUT", "/api/v1/admin/memory/settings", body));
+    $("model-effective").textContent = `当前生效: ${data.effectiveModel}`;
   });
-  $("token-form").addEventListener("submit", (e) => {
+  on($("token-form"), "submit", (e) => {
     e.preventDefault();
-    sessionStorage.setItem("memoryToken", $("token").value.trim());
+    const pasted = $("token").value.trim();
     $("token").value = "";
-    start();
+    return pasted ? signIn(pasted) : undefined;
   });
-  $("sign-out").addEventListener("click", () => {
-    sessionStorage.removeItem("memoryToken");
-    start();
-  });
-  window.addEventListener("hashchange", () => { if (adoptTokenFromAddress()) start(); });
+  on($("sign-out"), "click", signOut);
+  on(window, "hashchange", signInFromLink);
 }
 
-adoptTokenFromAddress();
 wire();
-start();
+settle(Promise.all([start(), signInFromLink()]));

@@ -16,10 +16,13 @@ const ERROR_TEXT = {
 };
 const NETWORK_ERROR = "无法连接到服务,请检查网络后重试";
 const UNKNOWN_ERROR = "操作失败,请稍后重试";
+const SIGN_IN_PROMPT = "请先输入平台签发的令牌 (JWT)";
+const LINK_REFUSED = "登录链接已失效:每个链接只能登录一次,且 10 分钟内有效。请粘贴令牌登录";
 
 const LABELS = {
   scope: { USER: "用户", PROJECT: "项目" },
   status: { ACTIVE: "生效中", DISMISSED: "已忽略" },
+  dismissedBy: { USER: "用户忽略", CAPACITY: "容量降级" },
   source: { AUTO: "自动", MANUAL: "手动", CONSOLIDATED: "合并" },
   action: {
     insert: "自动新增", touch: "再次确认", update: "自动更新", merge: "合并", drop: "合并时删除",
@@ -38,6 +41,11 @@ function errorText(code) {
 /** An enum value in Chinese; an unknown value (a newer server) is shown as it came. */
 function label(kind, value) {
   return (LABELS[kind] && LABELS[kind][value]) || value;
+}
+
+/** A memory's status; a dismissed one says who set it aside (the user, or room for newer facts). */
+function statusText(item) {
+  return item.status === "DISMISSED" && item.dismissedBy ? label("dismissedBy", item.dismissedBy) : label("status", item.status);
 }
 
 /** `YYYY-MM-DD HH:mm` in the browser's time zone, whatever its locale. */
