@@ -352,3 +352,33 @@ async def test_an_event_waits_out_denied_access_instead_of_reaching_the_dlq(
         await db.dispose()
     assert dead_letters.published == []
     assert metrics.registry.get_sample_value("mao_memory_db_retries_total") == 3
+
+
+@pytest.mark.parametrize("autocommit", [False, True], ids=["write-engine", "read-engine"])
+async def test_a_session_opened_while_the_password_was_expired_leaves_the_pool(
+    mariadb: MariaDbDatabase, url: URL, autocommit: bool
+) -> None:
+    """A session opened while the password is expired answers 1820 to everything until closed, even
+    after the reset: the pool must drop it, or the API would answer 503 until the connection recycles."""
+
+    async def select_one() -> int:
+        async with engine.connect() as conn:
+            return int((await conn.execute(sa.text("SELECT 1"))).scalar_one())
+
+    def admin(statement: str) -> None:
+        with mariadb.server.connect(autocommit=True) as server, server.cursor() as cur:
+            cur.execute(statement.format(user=f"'{name}'@'%'"))
+
+    with account(mariadb, CREATE, GRANT) as name:
+        login = url.set(username=name, password="pw").render_as_string(hide_password=False)
+        engine = build_engine(login, 1, autocommit)
+        try:
+            assert await select_one() == 1
+            await engine.dispose()  # the next session is opened while the password is expired
+            admin(EXPIRE)
+            expired = await raised(select_one())
+            assert error_code(expired) == ("mysql", 1820) and is_transient(expired)
+            admin("ALTER USER {user} IDENTIFIED BY 'pw'")  # the reset
+            assert await select_one() == 1
+        finally:
+            await engine.dispose()

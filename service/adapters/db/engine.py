@@ -10,8 +10,10 @@ from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, create_engine, event
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import ExceptionContext, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from service.adapters.db.errors import retires_connection
 
 
 def _migrations_dir() -> Path:
@@ -36,7 +38,7 @@ def build_engine(url: str, pool_size: int, autocommit: bool = False) -> AsyncEng
         engine = create_async_engine(url, connect_args={"timeout": 30})
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         return engine
-    return create_async_engine(
+    engine = create_async_engine(
         url,
         # Every connection the pool opens is kept: an overflow connection is closed when it comes back
         # and reopened at the next burst, and under steady load that churn (a TCP and auth handshake,
@@ -54,6 +56,15 @@ def build_engine(url: str, pool_size: int, autocommit: bool = False) -> AsyncEng
         isolation_level="AUTOCOMMIT" if autocommit else "READ COMMITTED",
         connect_args={"connect_timeout": 5, "charset": "utf8mb4"},
     )
+    event.listen(engine.sync_engine, "handle_error", _retire_unusable_sessions)
+    return engine
+
+
+def _retire_unusable_sessions(context: ExceptionContext) -> None:
+    """A pooled session the server refuses for good is dropped like a dead connection, so the next
+    checkout opens a fresh one (after a password reset, it works again)."""
+    if not context.is_disconnect and context.original_exception is not None:
+        context.is_disconnect = retires_connection(context.dialect, context.original_exception)
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:

@@ -14,6 +14,8 @@ server's (or client's) numeric code as `args[0]`; the SQLite driver carries `sql
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
@@ -89,6 +91,20 @@ def error_code(exc: BaseException) -> tuple[str, int] | None:
     if args and isinstance(args[0], int) and not isinstance(args[0], bool):
         return "mysql", args[0]
     return None
+
+
+# A session the server will not serve again, though the connection is up: opened while the account's
+# password was expired, it answers 1820 to everything until it is closed, even after the reset.
+SESSION_UNUSABLE = frozenset({1820})
+
+
+def retires_connection(dialect: Any, error: BaseException) -> bool:
+    """The connection must leave the pool: the dialect's disconnects, and sessions the server refuses.
+    `error` is the driver's own exception."""
+    if dialect.is_disconnect(error, None, None):
+        return True
+    args = getattr(error, "args", ())
+    return dialect.name == "mysql" and bool(args) and args[0] in SESSION_UNUSABLE
 
 
 def is_transient(exc: BaseException) -> bool:

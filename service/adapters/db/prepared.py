@@ -24,6 +24,8 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from service.adapters.db.errors import retires_connection
+
 Processor = Callable[[Any], Any] | None
 # The dialects whose prepared statements run on the driver's cursor.
 DIRECT_DIALECTS = frozenset({"mysql"})
@@ -181,7 +183,7 @@ class Statements:
             )
             if not isinstance(error, dbapi.Error):
                 raise
-            disconnect = self.conn.dialect.is_disconnect(error, None, None)
+            disconnect = retires_connection(self.conn.dialect, error)
             if disconnect:
                 await self._invalidate(error)
             raise DBAPIError.instance(
