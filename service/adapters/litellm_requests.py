@@ -41,6 +41,7 @@ class Reply:
     usage: tuple[int, int] | None
     truncated: bool = False
     problem: str = ""
+    cache: tuple[int, int] = (0, 0)  # prompt tokens read from, and written to, the provider's prompt cache
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,32 +215,38 @@ def read_completion(raw: bytes) -> Reply:
     except (orjson.JSONDecodeError, AttributeError, KeyError, IndexError, TypeError):
         return Reply(None, None, problem="a 2xx without a chat completion")
     usage = data.get("usage")
-    counts = (
-        _counts(usage.get("prompt_tokens"), usage.get("completion_tokens"))
-        if isinstance(usage, dict)
-        else None
-    )
+    counts, cache = None, (0, 0)
+    if isinstance(usage, dict):
+        counts = _counts(usage.get("prompt_tokens"), usage.get("completion_tokens"))
+        details = usage.get("prompt_tokens_details")
+        details = details if isinstance(details, dict) else {}
+        # OpenAI names the cache's part of the prompt in its details; Anthropic-style servers at top level.
+        read = details.get("cached_tokens", usage.get("cache_read_input_tokens"))
+        written = details.get("cache_write_tokens", usage.get("cache_creation_input_tokens"))
+        cache = _counts(read, written) or (0, 0)
     if content is not None and not isinstance(content, str):
-        return Reply(None, counts, problem="a message whose content is not text")
-    return Reply(content or "", counts, truncated=finish == "length")
+        return Reply(None, counts, problem="a message whose content is not text", cache=cache)
+    return Reply(content or "", counts, truncated=finish == "length", cache=cache)
 
 
 def read_model_response(response: Any) -> Reply:
     """The same reading of litellm's `ModelResponse`, whatever the provider's wire format."""
     usage = getattr(response, "usage", None)
-    counts = (
-        _counts(getattr(usage, "prompt_tokens", 0), getattr(usage, "completion_tokens", 0))
-        if usage is not None
-        else None
-    )
+    counts, cache = None, (0, 0)
+    if usage is not None:
+        counts = _counts(getattr(usage, "prompt_tokens", 0), getattr(usage, "completion_tokens", 0))
+        # litellm maps every provider's cache counts (Anthropic's cache read and creation) here.
+        details = getattr(usage, "prompt_tokens_details", None)
+        read, written = getattr(details, "cached_tokens", 0), getattr(details, "cache_write_tokens", 0)
+        cache = _counts(read, written) or (0, 0)
     try:
         choice = response.choices[0]
         content = choice.message.content
     except (AttributeError, IndexError, TypeError):
-        return Reply(None, counts, problem="a 2xx without a message")
+        return Reply(None, counts, problem="a 2xx without a message", cache=cache)
     if content is not None and not isinstance(content, str):
-        return Reply(None, counts, problem="a message whose content is not text")
-    return Reply(content or "", counts, truncated=choice.finish_reason == "length")
+        return Reply(None, counts, problem="a message whose content is not text", cache=cache)
+    return Reply(content or "", counts, truncated=choice.finish_reason == "length", cache=cache)
 
 
 def _counts(prompt: Any, completion: Any) -> tuple[int, int] | None:

@@ -116,7 +116,7 @@ class LlmClient:
         self._endpoints: dict[str, ChatEndpoint | None] = {}
         self._model_params: dict[tuple[str, int], dict[str, Any]] = {}
         self._params: dict[tuple[str, StructuredOutput, int], dict[str, Any]] = {}
-        self._prices: dict[str, tuple[float, float] | None] = {}
+        self._prices: dict[str, tuple[float, float, float, float] | None] = {}
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
         self._successes = 0
@@ -227,7 +227,7 @@ class LlmClient:
         finally:
             self._metrics.llm_latency.labels(purpose).observe(time.perf_counter() - started)
         if reply.usage is not None:
-            self._account(purpose, model, *reply.usage)
+            self._account(purpose, model, *reply.usage, cache=reply.cache)
         if reply.text is None:
             raise unusable(reply.problem)
         return LlmAnswer(text=reply.text, model=model, truncated=reply.truncated)
@@ -282,22 +282,35 @@ class LlmClient:
         )
         return read_model_response(response)
 
-    def _account(self, purpose: str, model: str, prompt: int, completion: int) -> None:
-        self._metrics.llm_tokens.labels(purpose, "prompt").inc(prompt)
-        self._metrics.llm_tokens.labels(purpose, "completion").inc(completion)
+    def _account(
+        self, purpose: str, model: str, prompt: int, completion: int, cache: tuple[int, int] = (0, 0)
+    ) -> None:
+        """`cache`: the prompt tokens the provider read from its prompt cache and wrote to it, both
+        part of `prompt` and each priced at its own rate."""
+        read, written = cache
+        counts = {"prompt": prompt, "completion": completion, "cache_read": read, "cache_write": written}
+        for kind, count in counts.items():
+            self._metrics.llm_tokens.labels(purpose, kind).inc(count)
         price = self._price(model)
         if price is not None:
-            self._metrics.llm_cost.labels(purpose).inc(max(prompt * price[0] + completion * price[1], 0.0))
+            fresh = max(prompt - read - written, 0)
+            cost = fresh * price[0] + completion * price[1] + read * price[2] + written * price[3]
+            self._metrics.llm_cost.labels(purpose).inc(max(cost, 0.0))
 
-    def _price(self, model: str) -> tuple[float, float] | None:
-        """USD per prompt and per completion token from litellm's local cost map, looked up once per
-        model; a model outside the map has no price, and its tokens are still counted."""
+    def _price(self, model: str) -> tuple[float, float, float, float] | None:
+        """USD per prompt, completion, cache-read and cache-write token from litellm's local cost
+        map, looked up once per model; a model without cache rates pays the prompt rate for them.
+        A model outside the map has no price, and its tokens are still counted."""
         if model not in self._prices:
             try:
                 per_million = self._litellm.cost_per_token(
                     model=model, prompt_tokens=1_000_000, completion_tokens=1_000_000
                 )
-                self._prices[model] = (per_million[0] / 1e6, per_million[1] / 1e6)
+                prompt, completion = per_million[0] / 1e6, per_million[1] / 1e6
+                info = self._litellm.get_model_info(model=model)
+                read = info.get("cache_read_input_token_cost")
+                written = info.get("cache_creation_input_token_cost")
+                self._prices[model] = (prompt, completion, read or prompt, written or prompt)
             except Exception:
                 self._prices[model] = None
         return self._prices[model]

@@ -48,7 +48,11 @@ class Metrics:
             registry=r,
         )
         self.llm_tokens = Counter(
-            f"{PREFIX}_llm_tokens_total", "LLM tokens by purpose and kind", ["purpose", "kind"], registry=r
+            f"{PREFIX}_llm_tokens_total",
+            "LLM tokens by purpose and kind; cache_read and cache_write are the part of prompt the "
+            "provider served from, or wrote to, its prompt cache",
+            ["purpose", "kind"],
+            registry=r,
         )
         self.llm_cost = Counter(
             f"{PREFIX}_llm_cost_usd",
@@ -201,7 +205,7 @@ class Metrics:
             self.llm_cost.labels(purpose)
             self.llm_prompt_chars.labels(purpose)
             self.llm_retries.labels(purpose)
-            for kind in ("prompt", "completion"):
+            for kind in ("prompt", "completion", "cache_read", "cache_write"):
                 self.llm_tokens.labels(purpose, kind)
         for weaker in (("json_schema", "json_object"), ("json_object", "off")):
             self.llm_mode_fallbacks.labels(*weaker)
