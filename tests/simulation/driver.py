@@ -31,6 +31,7 @@ from service.core.events import TaskFinishedEvent
 from service.core.model import USER_GROUP, Group, Scope
 from tests.simulation.checker import Offered, Row, fact_key, identity_key
 from tests.simulation.model import STYLES, conversation, wording
+from tests.simulation.prompts import PromptFigure, PromptFigures
 from tests.simulation.watch import PoolWatch
 from tests.support.clock import ManualClock
 from tests.support.prompt_data import prompt_data
@@ -58,6 +59,9 @@ class Tally:
     retention: Counter[str] = field(default_factory=Counter)
     facts_checked: int = 0  # ACTIVE facts that had to be stated still after a consolidation
     facts_lost: int = 0
+    # Per month: each extraction prompt's tokens, and its share repeating the user's previous prompt.
+    prompt_tokens_by_month: dict[int, list[int]] = field(default_factory=dict)
+    prefix_share_by_month: dict[int, list[float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -83,6 +87,8 @@ class RecordingLlm:
         self._llm = llm
         self.calls: Counter[str] = Counter()
         self.last_extraction: dict[int, str] = {}
+        self.figures = PromptFigures()
+        self.last_prompt: dict[int, PromptFigure] = {}
         # The ten extraction prompts that showed the most memories, for the token count.
         self.largest: list[tuple[int, list[dict[str, str]]]] = []
         # Runs while a consolidation call is in flight, with the user and the prompt.
@@ -109,6 +115,7 @@ class RecordingLlm:
             answer = await call
         if purpose == "extraction":
             self.last_extraction[CURRENT_USER.get()] = answer.text
+            self.last_prompt[CURRENT_USER.get()] = self.figures.record(CURRENT_USER.get(), messages)
             shown = len(prompt_data(messages[-1]["content"])["existing"])
             if len(self.largest) < 10 or shown > self.largest[0][0]:
                 self.largest = sorted([*self.largest, (shown, messages)], key=lambda p: p[0])[-10:]
@@ -191,6 +198,9 @@ class Simulation:
                 user.deleted_meanwhile.clear()
         self.tally.steps_checked += 1
         month = int((self.clock.now() - START) / YEAR * 12)
+        if (prompt := self.model.last_prompt.pop(user.user_id, None)) is not None:
+            self.tally.prompt_tokens_by_month.setdefault(month, []).append(prompt.tokens)
+            self.tally.prefix_share_by_month.setdefault(month, []).append(prompt.prefix_share)
         self.tally.pool_by_month.setdefault(month, []).append(sum(r.active for r in user.watch.rows.values()))
 
     async def _retention(self) -> None:

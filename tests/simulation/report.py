@@ -67,6 +67,11 @@ def _report(results: dict[str, dict[str, Any]]) -> str:
         "prompt tokens per extraction at the fullest comparison sets (10 largest)",
         lambda r: f"{r['largest_prompt_tokens']} ({r['largest_prompt_shown']} memories shown)",
     )
+    row(
+        "share of an extraction prompt repeating the user's previous prompt as a prefix (mean)",
+        lambda r: r.get("prefix_share", "-"),
+    )
+    row("events skipped for the daily extraction budget", lambda r: r.get("skipped_budget", "-"))
     lines += [
         "",
         "ACTIVE memories per user after each step, by month (mean / largest):",
@@ -81,7 +86,28 @@ def _report(results: dict[str, dict[str, Any]]) -> str:
             + " | ".join(str(r["pool_by_month"].get(str(month), "")) for r in results.values())
             + " |"
         )
+    lines += _prompt_months(results)
     return "\n".join(lines) + "\n"
+
+
+def _prompt_months(results: dict[str, dict[str, Any]]) -> list[str]:
+    """Prompt tokens per extraction by month, and the share a provider's prompt cache could serve."""
+    months = sorted({m for r in results.values() for m in r.get("prompt_tokens_by_month", {})}, key=int)
+    lines = [
+        "",
+        "Prompt tokens per extraction by month (mean / largest, counted with gpt-4o-mini's tokenizer), "
+        "then the mean share of a prompt repeating the same user's previous prompt as a prefix:",
+        "",
+        "| month | " + " | ".join(results) + " |",
+        "|---|" + "---|" * len(results),
+    ]
+    for month in months:
+        cells = [
+            f"{r['prompt_tokens_by_month'].get(month, '')}, {r['prefix_share_by_month'].get(month, '')}"
+            for r in results.values()
+        ]
+        lines.append(f"| {int(month) + 1} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def main() -> None:

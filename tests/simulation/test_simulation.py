@@ -84,8 +84,20 @@ def _summary(tally: Tally, stack: Stack, elapsed: float) -> dict[str, Any]:
         "facts_lost": tally.facts_lost,
         "retention": dict(tally.retention),
         "largest_prompt_tokens": round(sum(tokens) / len(tokens)) if tokens else None,
+        "prompt_tokens_by_month": {
+            m: f"{sum(v) / len(v):.0f} / {max(v)}" for m, v in sorted(tally.prompt_tokens_by_month.items())
+        },
+        "prefix_share_by_month": {
+            m: f"{sum(v) / len(v):.0%}" for m, v in sorted(tally.prefix_share_by_month.items())
+        },
+        "prefix_share": _mean([s for v in tally.prefix_share_by_month.values() for s in v]),
+        "skipped_budget": tally.outcomes["skipped_budget"],
         "largest_prompt_shown": f"{min(shown)}-{max(shown)}" if shown else None,
     }
+
+
+def _mean(values: list[float]) -> str:
+    return f"{sum(values) / len(values):.0%}" if values else "-"
 
 
 def teardown_module() -> None:
