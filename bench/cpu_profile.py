@@ -5,7 +5,10 @@ answering at once; 16 events are in flight. Variants swap one component at a tim
 through `litellm.acompletion` or the shared session, aiomysql or asyncmy, the hot path's statements
 through SQLAlchemy or prepared on the driver's cursor), next to a bare reference
 doing the same I/O with no service code: the same request body on one aiohttp POST and seven
-statements through the raw driver. Prints one JSON line (`--bare <api base>`: the reference alone).
+statements through the raw driver. The last two variants are the same handler on sessions of a
+project, over empty pools and over full ones (`tests/support/full_pool.py`: 180 machine-made ACTIVE
+rows and 50 dismissed facts per user), so their ratio is what a steady-state user costs. Prints one
+JSON line (`--bare <api base>`: the reference alone; `--pools [events]`: the last two alone).
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import aiohttp
@@ -33,13 +38,15 @@ from service.core.comparison_set import EMPTY
 from service.core.events import TaskFinishedEvent
 from service.core.extraction_prompt import ANSWER_SCHEMA, build_extraction_messages
 from tests.support.backends import mysql_server
+from tests.support.full_pool import PROJECT, full_pool
 from tests.support.processes import MariaDbDatabase
 
 MODEL = "openai/gpt-4o-mini"
 EVENTS, USERS, IN_FLIGHT, WARM_UP = 1000, 500, 16, 100
+Work = Callable[[int, int], Awaitable[None]]
 
 
-def event(user_id: int, session: int) -> TaskFinishedEvent:
+def event(user_id: int, session: int, project_key: str | None = None) -> TaskFinishedEvent:
     payload = {
         "eventId": f"cpu-{user_id}-{session}-{time.monotonic_ns()}",
         "occurredAt": "2026-12-03T10:00:00Z",
@@ -49,12 +56,13 @@ def event(user_id: int, session: int) -> TaskFinishedEvent:
         "sessionType": "MAIN",
         "lastUserMessage": f"请记住这个长期偏好(bench-{user_id}):以后所有的报告都用中文来写,并附上摘要。",
         "lastAssistantMessage": "好的,以后的报告都会用中文撰写并附上摘要。",
+        "projectKey": project_key,
     }
     return TaskFinishedEvent.model_validate_json(json.dumps(payload))
 
 
-async def run_events(work: Any, first_user: int) -> float:
-    """CPU ms per event for `work(user_id, session)` over EVENTS events after a warm-up."""
+async def run_events(work: Any, first_user: int, events: int = EVENTS) -> float:
+    """CPU ms per event for `work(user_id, session)` over `events` events after a warm-up."""
     slots = asyncio.Semaphore(IN_FLIGHT)
 
     async def one(i: int) -> None:
@@ -63,13 +71,52 @@ async def run_events(work: Any, first_user: int) -> float:
 
     await asyncio.gather(*(one(i) for i in range(WARM_UP)))
     started = time.process_time()
-    await asyncio.gather(*(one(WARM_UP + i) for i in range(EVENTS)))
-    return round((time.process_time() - started) * 1000 / EVENTS, 2)
+    await asyncio.gather(*(one(WARM_UP + i) for i in range(events)))
+    return round((time.process_time() - started) * 1000 / events, 2)
 
 
-async def service_variant(
-    database: MariaDbDatabase, api_base: str, driver: str, fast: bool, direct: bool = True
-) -> float:
+def seed_full_pools(database: MariaDbDatabase, users: range) -> None:
+    """Every user's pool as `full_pool()` has it, written in bulk over the raw driver."""
+    pool = full_pool()
+    rows = [
+        (
+            user,
+            r.scope.value,
+            r.project_key,
+            r.content,
+            r.source.value,
+            r.status.value,
+            r.dismissed_by.value if r.dismissed_by else None,
+            r.dedup_hash,
+            r.updated_at,
+            r.updated_at,
+        )
+        for user in users
+        for r in pool.active + pool.dismissed
+    ]
+    with database.server.connect(autocommit=False) as conn, conn.cursor() as cur:
+        cur.execute(f"USE `{database.name}`")
+        for start in range(0, len(rows), 5000):
+            cur.executemany(
+                "INSERT INTO memory_item (user_id, scope, project_key, content, source, status,"
+                " dismissed_by, dedup_hash, created_at, updated_at)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                rows[start : start + 5000],
+            )
+        conn.commit()
+
+
+@asynccontextmanager
+async def service_handler(
+    database: MariaDbDatabase,
+    api_base: str,
+    driver: str,
+    fast: bool,
+    direct: bool = True,
+    pools: str | None = None,
+) -> AsyncIterator[tuple[Work, int]]:
+    """The handler's `work` and its first user. `pools` "empty" or "full": sessions of PROJECT,
+    over empty pools or full ones."""
     prepared.DIRECT_DIALECTS = frozenset({"mysql"} if direct else ())
     url = database.url.replace("mysql+asyncmy://", f"mysql+{driver}://")
     db = Database(build_engine(url, 20), build_engine(url, 20, autocommit=True))
@@ -77,31 +124,39 @@ async def service_variant(
     if not fast:
         client._endpoints[MODEL] = None
     settings = Settings(_env_file=None, default_model=MODEL, capture_cache_ttl_s=3600)  # type: ignore[call-arg]
+    projects = ProjectRecorder(db)
     handler = ExtractionHandler(
-        db,
-        client,
-        Metrics(),
-        settings,
-        CaptureSwitch(db, 3600),
-        ProjectRecorder(db),
-        ExtractionSlots.of(64, 10),
+        db, client, Metrics(), settings, CaptureSwitch(db, 3600), projects, ExtractionSlots.of(64, 10)
     )
-    first_user = 1_000_000 * (1 + len(driver) + 10 * fast + 20 * direct)
+    first_user = 1_000_000 * (1 + len(driver) + 10 * fast + 20 * direct + 40 * len(pools or ""))
+    users = range(first_user, first_user + USERS)
+    project = PROJECT if pools else None
+    if pools == "full":
+        seed_full_pools(database, users)
     async with db.transaction() as uow:
-        for u in range(USERS):
-            await uow.accounts.set_capture(first_user + u, True, db.now())
+        for u in users:
+            await uow.accounts.set_capture(u, True, db.now())
         await uow.commit()
-    await handler.warm(range(first_user, first_user + USERS))
+    await handler.warm(users)
+    for u in users if project else ():  # a project is recorded once per user and process
+        await projects.remember(u, project)
 
     async def work(user_id: int, session: int) -> None:
-        outcome, _ = await handler.handle(event(user_id, session))
+        outcome, _ = await handler.handle(event(user_id, session, project))
         assert outcome is Outcome.EXTRACTED, outcome
 
     try:
-        return await run_events(work, first_user)
+        yield work, first_user
     finally:
         await client.stop()
         await db.dispose()
+
+
+async def service_variant(
+    database: MariaDbDatabase, api_base: str, driver: str, fast: bool, direct: bool = True
+) -> float:
+    async with service_handler(database, api_base, driver, fast, direct) as (work, first_user):
+        return await run_events(work, first_user)
 
 
 async def bare_reference(database: MariaDbDatabase, api_base: str) -> float:
@@ -205,10 +260,30 @@ async def measure(api_base: str) -> dict[str, Any]:
             "session+asyncmy, prepared statements on the driver": await service_variant(
                 database, api_base, "asyncmy", fast=True
             ),
+            **await pool_variants(database, api_base),
         }
     finally:
         database.drop()
     return {"events": EVENTS, "in_flight": IN_FLIGHT, "cpu_ms_per_event": figures}
+
+
+POOL_ROUNDS = 4
+EMPTY_POOLS = "project sessions, empty pools"
+FULL_POOLS = "project sessions, full pools (180 ACTIVE + 50 dismissed)"
+
+
+async def pool_variants(database: MariaDbDatabase, api_base: str, events: int = EVENTS) -> dict[str, float]:
+    """The same handler over empty and over full pools, taking turns in rounds, so that a change
+    in the machine's load falls on both alike."""
+    async with (
+        service_handler(database, api_base, "asyncmy", True, pools="empty") as empty,
+        service_handler(database, api_base, "asyncmy", True, pools="full") as full,
+    ):
+        spent: dict[str, list[float]] = {EMPTY_POOLS: [], FULL_POOLS: []}
+        for _ in range(POOL_ROUNDS):
+            for name, (work, first_user) in ((EMPTY_POOLS, empty), (FULL_POOLS, full)):
+                spent[name].append(await run_events(work, first_user, events // POOL_ROUNDS))
+    return {name: round(sum(figures) / len(figures), 2) for name, figures in spent.items()}
 
 
 def main() -> dict[str, Any]:
@@ -229,8 +304,24 @@ async def bare_only(api_base: str) -> dict[str, float]:
         database.drop()
 
 
+async def pools_only(api_base: str, events: int) -> dict[str, float]:
+    database = MariaDbDatabase().create()
+    try:
+        return await pool_variants(database, api_base, events)
+    finally:
+        database.drop()
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--bare"]:  # bench/run.py's case 2, against its own model server
         print(json.dumps(asyncio.run(bare_only(sys.argv[2]))))
+    elif sys.argv[1:2] == ["--pools"]:
+        server, base = start_model_server()
+        try:
+            print(json.dumps(asyncio.run(pools_only(base, int(sys.argv[2]) if sys.argv[2:] else EVENTS))))
+        finally:
+            assert server.stdin is not None
+            server.stdin.close()
+            server.wait(10)
     else:
         print(json.dumps(main()))

@@ -2,7 +2,8 @@
 
 Runs the real extraction handler in this process over a fresh MariaDB database and the scripted
 model, and reads MariaDB's global statement counters around a batch of events (one new fact, one
-restated fact per user, as a steady pool sees them). Prints one JSON line.
+restated fact per user, as a steady pool sees them), in sessions of a project: once with users whose
+pools are empty, once with full ones (`tests/support/full_pool.py`). Prints one JSON line.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 import pymysql
 
+from bench.cpu_profile import seed_full_pools
 from service.adapters.db.database import Database
 from service.adapters.db.engine import build_engine
 from service.adapters.llm_client import LlmClient
@@ -23,6 +25,7 @@ from service.app.extraction import ExtractionHandler, ExtractionSlots
 from service.config import Settings
 from service.core.events import TaskFinishedEvent
 from tests.support.backends import mysql_server
+from tests.support.full_pool import PROJECT
 from tests.support.processes import MariaDbDatabase
 from tests.support.scripted_llm import ScriptedLlm
 
@@ -50,10 +53,12 @@ def counters() -> dict[str, int]:
 
 
 def event(user_id: int, session: int, marker: str) -> TaskFinishedEvent:
+    """An event of a session of PROJECT; `marker` picks the scripted answer."""
     return TaskFinishedEvent.model_validate_json(
         json.dumps(
             {
                 "eventId": f"rt-{user_id}-{session}",
+                "projectKey": PROJECT,
                 "occurredAt": "2026-12-03T10:00:00Z",
                 "sessionId": session,
                 "userId": user_id,
@@ -67,7 +72,14 @@ def event(user_id: int, session: int, marker: str) -> TaskFinishedEvent:
 
 
 async def main(driver: str) -> dict[str, Any]:
+    by_pool = {pools: await per_event(driver, pools) for pools in ("empty", "full")}
+    return {"driver": driver, "events": 2 * USERS, "per_event": by_pool}
+
+
+async def per_event(driver: str, pools: str) -> dict[str, float]:
     database = MariaDbDatabase().create()
+    if pools == "full":
+        seed_full_pools(database, range(1, USERS + 1))
     llm = ScriptedLlm(record=False).start()
     url = database.url.replace("mysql+asyncmy://", f"mysql+{driver}://")
     db = Database(build_engine(url, 10), build_engine(url, 10, autocommit=True))
@@ -101,9 +113,7 @@ async def main(driver: str) -> dict[str, Any]:
         await db.dispose()
         llm.stop()
         database.drop()
-    events = 2 * USERS
-    per_event = {k.removeprefix("Com_"): round((after[k] - before[k]) / events, 2) for k in COUNTERS}
-    return {"driver": driver, "events": events, "per_event": per_event}
+    return {k.removeprefix("Com_"): round((after[k] - before[k]) / (2 * USERS), 2) for k in COUNTERS}
 
 
 if __name__ == "__main__":
