@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import FileResponse
+from fastapi.responses import FileResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
 from service.app.memories import MemoryService
@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from service.bootstrap import Container
 
 CONSOLE_DIR = Path(__file__).resolve().parent / "console"
+# Operations that take no credentials (the sign-in link's code is the credential).
+UNAUTHENTICATED = frozenset({"/api/v1/console/session"})
 
 
 class ConsoleFiles(StaticFiles):
@@ -68,10 +70,16 @@ def create_app(container: Container, include_api: bool, checks: dict[str, Check]
         app.include_router(memory_router(service))
         app.include_router(admin_router(service, settings.default_model))
         app.include_router(console_router())
+        app.add_api_route("/console", _to_console, include_in_schema=False)
         app.mount("/console", ConsoleFiles(directory=CONSOLE_DIR, html=True), name="console")
         app.add_api_route("/favicon.ico", _favicon, include_in_schema=False)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
+
+
+async def _to_console() -> RedirectResponse:
+    """A relative redirect: nothing from the request's Host header goes into it."""
+    return RedirectResponse("console/", status_code=308)
 
 
 async def _favicon() -> FileResponse:
@@ -92,6 +100,8 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     for path, operations in schema.get("paths", {}).items():
         for operation in operations.values():
             operation.get("responses", {}).pop("422", None)
+            if path in UNAUTHENTICATED:
+                continue
             scheme = "internalToken" if path.startswith("/internal/") else "userJwt"
             operation["security"] = [{scheme: []}]
     for name in ("HTTPValidationError", "ValidationError"):

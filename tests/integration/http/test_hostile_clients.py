@@ -153,6 +153,12 @@ async def test_a_trailing_slash_is_404_not_a_redirect_to_the_host_header(port: i
     assert (await exchange(port, get("/no/such/path"))).status == 404
 
 
+async def test_the_console_without_its_slash_redirects_relatively(port: int) -> None:
+    """The one redirect the service makes names no host: a forged Host header cannot steer it."""
+    answer = await exchange(port, get("/console", host="evil.example"))
+    assert answer.status == 308 and answer.headers["location"] == "console/"
+
+
 async def test_two_authorization_headers_are_refused(port: int) -> None:
     good = f"Authorization: Bearer {token(42)}"
     assert (await exchange(port, get("/api/v1/memory/settings", good))).status == 200
@@ -161,3 +167,9 @@ async def test_two_authorization_headers_are_refused(port: int) -> None:
     internal = f"Authorization: Bearer {INTERNAL}"
     doubled = await exchange(port, get("/internal/v1/memory/injection?userId=42", internal, internal))
     assert doubled.status == 401
+
+
+async def test_the_sign_in_exchange_is_documented_as_taking_no_credentials(port: int) -> None:
+    spec = json.loads((await exchange(port, get("/openapi.json"))).body)
+    assert "security" not in spec["paths"]["/api/v1/console/session"]["post"]
+    assert spec["paths"]["/api/v1/memory"]["get"]["security"] == [{"userJwt": []}]
