@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import time
@@ -42,7 +43,7 @@ from tests.support.full_pool import PROJECT, full_pool
 from tests.support.processes import MariaDbDatabase
 
 MODEL = "openai/gpt-4o-mini"
-EVENTS, USERS, IN_FLIGHT, WARM_UP = 1000, 500, 16, 100
+EVENTS, USERS, IN_FLIGHT, WARM_UP = int(os.environ.get("BENCH_CPU_EVENTS", "1000")), 500, 16, 100
 Work = Callable[[int, int], Awaitable[None]]
 
 
@@ -139,7 +140,7 @@ async def service_handler(
         await uow.commit()
     await handler.warm(users)
     for u in users if project else ():  # a project is recorded once per user and process
-        await projects.remember(u, project)
+        await projects.remember(u, PROJECT)
 
     async def work(user_id: int, session: int) -> None:
         outcome, _ = await handler.handle(event(user_id, session, project))

@@ -1,8 +1,9 @@
 """The scripted model in a process of its own, so a benchmark's CPU figures leave its work out.
 
 `python -m bench.model_server [delay_s]` prints its API base on stdout and serves until stdin closes.
-Every request is answered with one user fact named after the marker `bench-<user>` in the prompt
-(a new fact on a user's first event, the same fact, touched, afterwards).
+Every extraction is answered with one user fact named after the marker `bench-<user>` in the prompt
+(a new fact on a user's first event, the same fact, touched, afterwards); a consolidation keeps
+every memory as it is.
 """
 
 from __future__ import annotations
@@ -11,12 +12,15 @@ import json
 import re
 import sys
 
+from service.core.consolidation import GROUP
 from tests.support.scripted_llm import Request, ScriptedLlm
 
 MARKER = re.compile(r"bench-(\d+)")
 
 
 def answer(request: Request) -> str:
+    if str(request.messages[-1]["content"]).startswith(GROUP):
+        return json.dumps({"operations": []})
     found = MARKER.search(request.text)
     who = found.group(1) if found else "0"
     return json.dumps({"memories": [{"type": "user", "content": f"用户{who}在基准测试里的长期偏好"}]})

@@ -23,6 +23,7 @@ import httpx
 import pymysql
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from bench import cpu_profile as cpu_profile_module
 from service.adapters.kafka.topics import ensure_topics
 from service.core.model import Scope
 from service.core.normalize import dedup_hash
@@ -49,6 +50,9 @@ INJECT_USERS = int(os.environ.get("BENCH_INJECT_USERS", "10000"))
 INJECT_PER_USER = 50
 INJECT_CLIENTS, INJECT_REQUESTS = 50, 20_000  # seconds of load, not a one-second burst
 PARTITIONS = 12
+STEADY_EVENTS = int(os.environ.get("BENCH_STEADY_EVENTS", "1000"))
+# The worker's memory target: what `import litellm` alone takes, plus this much for the service.
+RSS_ALLOWANCE_MIB = 64
 
 
 def case(
@@ -536,21 +540,85 @@ def assemble(raw: dict[str, Any]) -> dict[str, Any]:
             three["events_per_s"], one["events_per_s"], scale, "≥ 2.7× one worker", scale >= 2.7, **three
         ),
         "injection": raw["injection"],
-        "peak_rss": case(
-            saturated["peak_rss_mib"],
-            250,
-            saturated["peak_rss_mib"] / 250,
-            "< 250 MiB",
-            saturated["peak_rss_mib"] < 250,
-        ),
+        "peak_rss": peak_rss(saturated["peak_rss_mib"], raw["litellm_import_mib"]),
         "cpu_profile": raw["cpu_profile"],
+        "full_pool_cpu": full_pool_cpu(raw["cpu_profile"]["cpu_ms_per_event"]),
+        "full_pool_prompt": full_pool_prompt(raw["steady_state"]["full_pool_prompt"]),
+        "steady_state_mix": raw["steady_state"]["steady_mix"],
+        "round_trips": raw["round_trips"],
     }
+
+
+def peak_rss(worker_mib: float, litellm_mib: float) -> dict[str, Any]:
+    """The saturated worker against a bare `import litellm` measured in the same run."""
+    limit = litellm_mib + RSS_ALLOWANCE_MIB
+    return case(
+        worker_mib,
+        limit,
+        worker_mib / limit,
+        f"≤ import litellm + {RSS_ALLOWANCE_MIB} MiB",
+        worker_mib <= limit,
+        litellm_import_mib=litellm_mib,
+    )
+
+
+def full_pool_cpu(profile: dict[str, float]) -> dict[str, Any]:
+    """CPU per extracted event with every user's pool full, against the same handler over empty pools."""
+    full, empty = profile[cpu_profile_module.FULL_POOLS], profile[cpu_profile_module.EMPTY_POOLS]
+    return case(full, empty, full / empty, "≤ 1.5×", full / empty <= 1.5, unit="ms CPU per extracted event")
+
+
+def full_pool_prompt(prompt: dict[str, Any]) -> dict[str, Any]:
+    """Prompt tokens of one extraction at a full pool; the target bounds what is not content."""
+    ratio = prompt["overhead_ratio"]
+    return case(
+        prompt["prompt_tokens"],
+        prompt["content_tokens"],
+        ratio,
+        "≤ system + 1.25 × content + conversation",
+        ratio <= 1.25,
+        **prompt,
+    )
 
 
 def met(result: dict[str, Any]) -> str:
     if not result["target"] or result["target"].startswith("none"):
         return "—"
     return "yes" if result["met"] else "no"
+
+
+def steady_rows(c: dict[str, Any]) -> list[tuple[str, str, str, dict[str, Any]]]:
+    """The cases of a user whose pool is full: CPU, one prompt's tokens, a steady-state mix's calls."""
+    cpu, prompt, mix = c["full_pool_cpu"], c["full_pool_prompt"], c["steady_state_mix"]
+    calls, tokens = mix["model_calls_per_1000"], mix["prompt_tokens_per_1000"]
+    per_purpose = "; ".join(
+        f"{purpose} {calls[purpose]} calls, {tokens[purpose]:,} prompt tokens" for purpose in sorted(calls)
+    )
+    return [
+        (
+            "8 CPU per extracted event, full pools vs empty",
+            f"{cpu['figure']} vs {cpu['reference']} ms (the same handler, sessions of a project;"
+            " 180 machine-made ACTIVE rows and 50 dismissed facts per user)",
+            f"×{cpu['ratio']:.2f}",
+            cpu,
+        ),
+        (
+            "9 prompt tokens per extraction at a full pool",
+            f"{prompt['figure']} tokens: system {prompt['system_tokens']}, memory contents"
+            f" {prompt['content_tokens']} ({prompt['content_share']:.0%} of the prompt), conversation"
+            f" {prompt['conversation_tokens']}",
+            f"{prompt['ratio']:.2f}× the contents",
+            prompt,
+        ),
+        (
+            "10 model calls and tokens per 1,000 completed events, steady-state mix",
+            f"{per_purpose} ({mix['users']} users with full pools; events "
+            + ", ".join(f"{k} {v}" for k, v in sorted(mix["outcomes"].items()))
+            + ")",
+            f"{sum(calls.values()):.0f} calls",
+            {"target": "none (a figure)", "met": True},
+        ),
+    ]
 
 
 def write_reports(results: dict[str, Any]) -> None:
@@ -605,7 +673,13 @@ def write_reports(results: dict[str, Any]) -> None:
             f"×{inj['ratio']:.2f}",
             inj,
         ),
-        ("7 peak RSS (case 4's worker)", f"{rss['figure']} MiB", f"{rss['figure']} MiB", rss),
+        (
+            "7 peak RSS (case 4's worker)",
+            f"{rss['figure']} MiB vs a bare `import litellm` {rss['litellm_import_mib']} MiB",
+            f"{rss['figure']} MiB",
+            rss,
+        ),
+        *steady_rows(c),
     ]
     profile = c["cpu_profile"]["cpu_ms_per_event"]
     m = results["machine"]
@@ -625,6 +699,11 @@ def write_reports(results: dict[str, Any]) -> None:
         "| variant | ms CPU per event |",
         "|---|---|",
         *[f"| {name} | {value} |" for name, value in profile.items()],
+        "",
+        "Round trips per extracted event, counted by the server (`bench/round_trips.py`, sessions of a",
+        "project, one new fact then the same fact restated per user): "
+        + ", ".join(f"{pools} pools {n['Questions']}" for pools, n in c["round_trips"]["per_event"].items())
+        + ".",
         "",
     ]
     (HERE / "RESULTS.md").write_text("\n".join(lines))
@@ -648,6 +727,10 @@ async def main() -> None:
         raw["bare_reference_at_once_cpu_ms"] = bench.bare_reference(0.0)
         raw["cpu_profile"] = cpu_profile()
         print("cpu profile", raw["cpu_profile"], flush=True)
+        raw["steady_state"] = steady_state()
+        print("steady state", raw["steady_state"], flush=True)
+        raw["litellm_import_mib"] = litellm_import_peak_rss_mib()
+        raw["round_trips"] = bench_module("bench.round_trips")
         raw["injection"] = await bench.injection()
         print("injection", raw["injection"], flush=True)
         bench.results["cases"] = assemble(raw)
@@ -657,14 +740,28 @@ async def main() -> None:
 
 
 def cpu_profile() -> dict[str, Any]:
-    out = subprocess.run(
-        [sys.executable, "-m", "bench.cpu_profile"],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=HERE.parent,
+    return bench_module("bench.cpu_profile")
+
+
+def steady_state() -> dict[str, Any]:
+    return bench_module("bench.steady_state", str(STEADY_EVENTS))
+
+
+def bench_module(module: str, *args: str) -> dict[str, Any]:
+    """A measurement in a process of its own; its last line of output is its JSON."""
+    out = subprocess.run(  # noqa: S603 - fixed arguments
+        [sys.executable, "-m", module, *args], capture_output=True, text=True, check=True, cwd=HERE.parent
     ).stdout
     return dict(json.loads(out.splitlines()[-1]))
+
+
+def litellm_import_peak_rss_mib() -> float:
+    """Peak RSS of a bare `python -c "import litellm"`, configured as the worker imports it."""
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    pid = os.posix_spawn(sys.executable, [sys.executable, "-c", "import litellm"], env)
+    _, status, usage = os.wait4(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, status
+    return round(usage.ru_maxrss / 1024, 1)  # KiB on Linux
 
 
 if __name__ == "__main__":
