@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import subprocess
 import time
@@ -61,3 +63,23 @@ def test_the_service_stops_and_exits_non_zero_when_its_embedded_broker_dies(
     log = service.log_path.read_text()
     assert code == 1 and time.monotonic() - started < 30
     assert "embedded_broker_died" in log and "the embedded broker exited" in log
+
+
+def test_ctrl_c_in_the_terminal_stops_the_service_and_its_broker_cleanly(
+    embedded_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Ctrl-C reaches the whole foreground group: the broker must not die before the service has
+    committed and stopped, or the shutdown would wait on a dead broker."""
+    service = ServiceProcess("run", embedded_env, name="ctrl-c", cwd=tmp_path).start(terminal=True)
+    port = embedded_env["MEMORY_EMBEDDED_KAFKA_PORT"]
+    try:
+        assert service.process is not None
+        started = time.monotonic()
+        os.killpg(service.process.pid, signal.SIGINT)
+        code = service.process.wait(timeout=30)
+    finally:
+        service.stop()
+    elapsed = time.monotonic() - started
+    broker = subprocess.run(["pgrep", "-f", f"tcp://127.0.0.1:{port}"], capture_output=True, check=False)
+    assert code == 0 and elapsed < 10, (code, elapsed, service.log_path.read_text()[-2000:])
+    assert broker.returncode == 1, "the embedded broker outlived the service"

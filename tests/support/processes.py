@@ -92,7 +92,10 @@ class ServiceProcess:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, wait_ready: bool = True, timeout_s: float = 60.0) -> ServiceProcess:
+    def start(
+        self, wait_ready: bool = True, timeout_s: float = 60.0, terminal: bool = False
+    ) -> ServiceProcess:
+        """`terminal`: in a process group of its own, as a shell runs a command (Ctrl-C reaches the group)."""
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "service.entrypoints.cli", self.mode],
@@ -100,6 +103,7 @@ class ServiceProcess:
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=self.cwd,
+            start_new_session=terminal,
         )
         if wait_ready:
             self.wait_ready(timeout_s)

@@ -103,7 +103,7 @@ def retires_connection(dialect: Any, error: BaseException) -> bool:
     `error` is the driver's own exception."""
     if dialect.is_disconnect(error, None, None):
         return True
-    args = getattr(error, "args", ())
+    args: tuple[object, ...] = getattr(error, "args", ())
     return dialect.name == "mysql" and bool(args) and args[0] in SESSION_UNUSABLE
 
 

