@@ -35,8 +35,8 @@ from service.core.persist_plan import (
     Touch,
     Update,
     decide,
-    pool_query,
 )
+from service.core.pool_read import pool_query
 
 log = structlog.get_logger(__name__)
 

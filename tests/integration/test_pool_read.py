@@ -14,7 +14,7 @@ from service.adapters.llm_client import AnswerShape, LlmAnswer, LlmClient, Struc
 from service.app.extraction import Outcome
 from service.core.model import USER_GROUP, Group, Scope, Source, Status
 from service.core.normalize import dedup_hash
-from service.core.persist_plan import PoolQuery
+from service.core.pool_read import PoolQuery
 from tests.integration.conftest import HandlerFactory, make_event
 from tests.support.pool import history, items, seed, set_capture
 from tests.support.scripted_llm import ScriptedLlm

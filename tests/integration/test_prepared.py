@@ -23,7 +23,7 @@ from service.adapters.db.prepared import Prepared, Statements
 from service.adapters.db.tables import memory_event_ledger as ledger_table
 from service.adapters.db.tables import memory_item as t
 from service.core.model import USER_GROUP, DismissedBy, Group, Scope, Source, Status
-from service.core.persist_plan import PoolQuery
+from service.core.pool_read import PoolQuery
 from tests.support.processes import MariaDbDatabase
 
 USER = 4_200_001

@@ -31,7 +31,7 @@ from service.core.model import (
     Scope,
     Status,
 )
-from service.core.persist_plan import PoolQuery
+from service.core.pool_read import PoolQuery
 
 t = memory_item
 USER_ID: sa.BindParameter[int] = sa.bindparam("user_id")

@@ -21,7 +21,7 @@ from service.adapters.db.extraction_reads import (
 from service.adapters.db.prepared import Prepared, Statements
 from service.adapters.db.tables import memory_history, memory_item
 from service.core.model import DismissedBy, Group, MemoryRow, Scope, Source, Status
-from service.core.persist_plan import PoolQuery
+from service.core.pool_read import PoolQuery
 
 t = memory_item
 _MACHINE_ACTIVE_IN_GROUP = sa.select(t).where(
