@@ -2,7 +2,7 @@
 `litellm.acompletion` (Anthropic's format): status codes, bodies good, empty, cut, not JSON or of
 the wrong shape, Retry-After values, resets, cut connections and delays beyond the timeout.
 
-Each call must end in the class the README's failure table states, make at most 1 + max_retries
+Each call must end in the class docs/operations.md's failure table states, make at most 1 + max_retries
 requests (exactly that many for an outage, one otherwise), and the circuit breaker must open only
 when different callers fail with no success in between.
 
@@ -53,7 +53,7 @@ class Scripted:
 
 
 def status_class(status: int) -> FailureClass:
-    """The README's table, restated as the oracle."""
+    """docs/operations.md's failure table ("Model failures"), restated as the oracle."""
     if status == 429 or status >= 500:
         return FailureClass.OUTAGE
     if status in (408, 409, 425) or status < 400:

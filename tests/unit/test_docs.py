@@ -1,7 +1,7 @@
 """README.md and docs/*.md: every relative link resolves (files and GitHub-style #anchors), and the
 pages that restate the code still match it: configuration.md against `Settings` (the way
 test_config.py holds `.env.example`), metrics.md against the registry, decisions.md against the
-modules it names."""
+modules it names, operations.md's model failure table against the client's classes."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
+from service.adapters.llm_failures import status_class
 from service.adapters.metrics import Metrics
 from service.config import Settings
 
@@ -188,3 +189,21 @@ def test_each_decision_names_code_that_exists() -> None:
                     assert defines(source, part), f"{target} defines no {part} ({row[:60]}…)"
                 named += 1
         assert named, f"no code named: {row[:80]}…"
+
+
+# --- operations.md: the model failure table -----------------------------------------------------
+
+_FAILURE_ROW = re.compile(r"^\| ([^|]*) \| (OUTAGE|EVENT|REJECTED) \|")
+
+
+def test_the_failure_table_classes_statuses_as_the_client_does() -> None:
+    table = rows(DOCS / "operations.md", _FAILURE_ROW)
+    assert [cls for _, cls in table] == ["OUTAGE", "EVENT", "REJECTED"]
+    for got, cls in table:
+        statuses = [int(n) for n in re.findall(r"\b[1-5]\d\d\b", got)]
+        if "5xx" in got:
+            statuses += [500, 502, 503, 599]
+        if "other 4xx" in got:
+            statuses += [400, 401, 403, 404, 413, 422]
+        assert statuses, got
+        assert {status_class(s).name for s in statuses} == {cls}, got
