@@ -1,6 +1,6 @@
 """`make bench`: every case measured side by side in one run, on one broker and one database.
 
-Writes bench/results.json (all figures) and bench/RESULTS.md (the table the README quotes).
+Writes bench/results.json (all figures) and bench/RESULTS.md (the table docs/performance.md quotes).
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ class Settings(BaseSettings):
     http_host: str = "127.0.0.1"
     http_port: int = Field(default=8080, ge=0, le=65535)
     api_docs: bool = True  # the interactive API page at /docs
-    # Hostile clients (README "HTTP API"): open connections, a request head's size and header count,
+    # Hostile clients (docs/api.md): open connections, a request head's size and header count,
     # and how long a connection may take to send a complete head.
     http_max_connections: int = Field(default=512, ge=1)
     http_max_header_bytes: int = Field(default=32 * 1024, ge=1024)
@@ -85,7 +85,7 @@ class Settings(BaseSettings):
     # inside the completion budget, and an answer cut by the cap is lost. Billed only when spent.
     llm_reasoning_tokens: int = Field(default=4096, ge=0)
 
-    # The robot channels' special projectKey values (README: "Robot-channel keys").
+    # The robot channels' special projectKey values (docs/architecture.md, "Robot-channel keys").
     robot_project_keys: Annotated[frozenset[str], NoDecode] = frozenset({"WEIXIN", "FEISHU", "DINGTALK"})
     robot_project_key_prefixes: Annotated[frozenset[str], NoDecode] = frozenset(
         {"WEIXIN:", "FEISHU:", "DINGTALK:"}
