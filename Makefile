@@ -36,6 +36,7 @@ test: install
 	$(BIN)/ruff check service tests scripts migrations bench
 	$(BIN)/ruff format --check service tests scripts migrations bench
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	$(BIN)/pytest
 
 ## The fault suite (crashes, SIGTERM, database outage, broker restart, poison input, LLM faults, the

@@ -33,11 +33,12 @@ from service.adapters.db.engine import build_engine
 from service.adapters.llm_client import AnswerShape, LlmClient, StructuredOutput, response_format
 from service.adapters.metrics import Metrics
 from service.app.caches import CaptureSwitch, ProjectRecorder
-from service.app.extraction import ExtractionHandler, ExtractionSlots, Outcome
+from service.app.extraction import ExtractionHandler, ExtractionSlots
 from service.config import Settings
 from service.core.comparison_set import EMPTY
 from service.core.events import TaskFinishedEvent
 from service.core.extraction_prompt import ANSWER_SCHEMA, build_extraction_messages
+from service.core.outcomes import Outcome
 from tests.support.backends import mysql_server
 from tests.support.full_pool import PROJECT, full_pool
 from tests.support.processes import MariaDbDatabase

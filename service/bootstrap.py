@@ -219,7 +219,14 @@ def build_http(container: Container, mode: Mode) -> FastAPI:
     if mode is not Mode.API:
         checks["broker"] = _broker_check(container)
         checks["consumer"] = _consumer_check(container)
-    return create_app(container, include_api=mode is not Mode.WORKER, checks=checks)
+    return create_app(
+        container.settings,
+        container.metrics,
+        container.db,
+        container.capture,
+        include_api=mode is not Mode.WORKER,
+        checks=checks,
+    )
 
 
 def _db_check(container: Container) -> Check:

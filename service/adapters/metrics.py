@@ -11,6 +11,12 @@ from prometheus_client import (
     disable_created_metrics,
 )
 
+from service.core.consolidation import RunResult
+from service.core.labels import DeadLetterReason
+from service.core.model import Action
+from service.core.outcomes import Outcome
+from service.core.persist_plan import Result
+
 PREFIX = "mao_memory"
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
@@ -163,12 +169,6 @@ class Metrics:
 
     def _initialize_series(self) -> None:
         """Every known label set exists from the start at 0, so rates and alerts never see a gap."""
-        from service.adapters.kafka.dead_letters import DeadLetterReason
-        from service.app.extraction import Outcome
-        from service.core.consolidation import RunResult
-        from service.core.model import Action
-        from service.core.persist_plan import Result
-
         for outcome in Outcome:
             self.events.labels(outcome.value)
         self._initialize_llm_series()

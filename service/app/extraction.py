@@ -6,7 +6,6 @@ import asyncio
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
-from enum import StrEnum
 from typing import Protocol
 
 import structlog
@@ -26,6 +25,7 @@ from service.core.extraction_answer import AnswerError, ParsedAnswer, parse_extr
 from service.core.extraction_prompt import ANSWER_SCHEMA, build_extraction_messages
 from service.core.filters import Skip, input_skip, trigger_skip
 from service.core.model import DismissedBy, Source, Status
+from service.core.outcomes import SKIP_OUTCOMES, Outcome
 from service.core.persist_plan import (
     Demote,
     Insert,
@@ -39,24 +39,6 @@ from service.core.persist_plan import (
 from service.core.pool_read import pool_query
 
 log = structlog.get_logger(__name__)
-
-
-class Outcome(StrEnum):
-    """How an event ended; the values are the `outcome` label of the events counter."""
-
-    SKIPPED_PHASE = Skip.PHASE.value
-    SKIPPED_SESSION_TYPE = Skip.SESSION_TYPE.value
-    SKIPPED_CAPTURE_OFF = Skip.CAPTURE_OFF.value
-    SKIPPED_SHORT = Skip.SHORT.value
-    SKIPPED_DUPLICATE_EVENT = "skipped_duplicate_event"
-    SKIPPED_BUDGET = "skipped_budget"  # the user's extractions of the last 24 h reached the budget
-    EXTRACTED = "extracted"
-    FAILED = "failed"
-    DEAD_LETTERED = "dead_lettered"
-
-
-# Looked up, not constructed: `Outcome(skip.value)` costs the skip path an enum call per event.
-SKIP_OUTCOMES = {skip: Outcome(skip.value) for skip in Skip}
 
 
 class Llm(Protocol):

@@ -18,7 +18,6 @@ from service.adapters.kafka.dead_letters import (
     ERROR,
     REASON,
     DeadLetterPublisher,
-    DeadLetterReason,
     Headers,
     copied_headers,
     dead_letter_stub,
@@ -28,9 +27,11 @@ from service.adapters.kafka.dead_letters import (
 )
 from service.adapters.kafka.record_reader import UNDECODABLE
 from service.adapters.metrics import Metrics
-from service.app.extraction import Extracted, ExtractionHandler, ModelRejected, ModelUnavailable, Outcome
+from service.app.extraction import Extracted, ExtractionHandler, ModelRejected, ModelUnavailable
 from service.core.events import TaskFinishedEvent, Undecodable, decode_event
 from service.core.failure_budget import FailureBudget
+from service.core.labels import DeadLetterReason
+from service.core.outcomes import Outcome
 
 log = structlog.get_logger(__name__)
 

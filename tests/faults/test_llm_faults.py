@@ -17,7 +17,8 @@ from service.adapters.circuit_breaker import BreakerState, CircuitBreaker
 from service.adapters.db.database import Database
 from service.adapters.llm_client import LlmClient
 from service.adapters.metrics import Metrics
-from service.app.extraction import ModelUnavailable, Outcome
+from service.app.extraction import ModelUnavailable
+from service.core.outcomes import Outcome
 from service.core.project_keys import RobotKeys
 from tests.conftest import said
 from tests.faults.conftest import Report

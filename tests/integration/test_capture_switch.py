@@ -15,7 +15,7 @@ from service.adapters.db.engine import build_engine
 from service.adapters.kafka.dead_letters import DeadLetterPublisher
 from service.adapters.metrics import Metrics
 from service.app.caches import CaptureSwitch
-from service.app.extraction import Outcome
+from service.core.outcomes import Outcome
 from service.entrypoints.consumer import EventProcessor
 from tests.integration.conftest import HandlerFactory, make_event
 from tests.support.pool import set_capture

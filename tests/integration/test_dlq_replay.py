@@ -14,8 +14,8 @@ from service.adapters.kafka.dead_letters import DeadLetterPublisher
 from service.adapters.kafka.replay import Selection, replay_dead_letters
 from service.adapters.kafka.topics import ensure_topics
 from service.adapters.metrics import Metrics
-from service.app.extraction import Outcome
 from service.core.events import decode_event
+from service.core.outcomes import Outcome
 from service.entrypoints.consumer import EventProcessor, Received
 from tests.conftest import event_payload, said
 from tests.integration.conftest import HandlerFactory

@@ -11,8 +11,9 @@ import pytest
 
 from service.adapters.db.database import Database, UnitOfWork
 from service.app.caches import CaptureSwitch
-from service.app.extraction import ModelRejected, ModelUnavailable, Outcome
+from service.app.extraction import ModelRejected, ModelUnavailable
 from service.core.model import Group, Scope, Source, Status
+from service.core.outcomes import Outcome
 from service.core.project_keys import RobotKeys
 from tests.conftest import eventually, said
 from tests.integration.conftest import DEFAULT_MODEL, HandlerFactory, make_event

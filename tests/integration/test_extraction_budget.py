@@ -8,8 +8,8 @@ from datetime import timedelta
 from structlog.testing import capture_logs
 
 from service.adapters.db.database import Database
-from service.app.extraction import Outcome
 from service.core.model import Group, Scope, Status
+from service.core.outcomes import Outcome
 from tests.integration.conftest import HandlerFactory, make_event
 from tests.support.clock import ManualClock
 from tests.support.pool import seed, set_capture

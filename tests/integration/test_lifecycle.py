@@ -18,11 +18,12 @@ from service.adapters.llm_client import AnswerShape, LlmAnswer, LlmClient, Struc
 from service.adapters.metrics import Metrics
 from service.app.caches import CaptureSwitch
 from service.app.consolidation import Consolidator
-from service.app.extraction import Extracted, Outcome
+from service.app.extraction import Extracted
 from service.app.memories import Duplicate, MemoryService
 from service.core.consolidation import RunResult, Thresholds
 from service.core.injection_prompt import MemoryHint, render_injection
 from service.core.model import DismissedBy, Scope, Source, Status
+from service.core.outcomes import Outcome
 from service.core.project_keys import RobotKeys
 from tests.conftest import said
 from tests.integration.conftest import HandlerFactory, make_event

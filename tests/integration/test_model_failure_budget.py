@@ -18,7 +18,7 @@ from service.adapters.circuit_breaker import BreakerState, CircuitBreaker
 from service.adapters.db.database import Database
 from service.adapters.llm_client import LlmClient
 from service.adapters.metrics import Metrics
-from service.app.extraction import Outcome
+from service.core.outcomes import Outcome
 from service.entrypoints.consumer import EventProcessor, receive
 from tests.conftest import event_payload, said
 from tests.integration.conftest import HandlerFactory

@@ -11,9 +11,9 @@ import pytest
 
 from service.adapters.db.database import Database
 from service.adapters.llm_client import AnswerShape, LlmAnswer, LlmClient, StructuredOutput
-from service.app.extraction import Outcome
 from service.core.model import USER_GROUP, Group, Scope, Source, Status
 from service.core.normalize import dedup_hash
+from service.core.outcomes import Outcome
 from service.core.pool_read import PoolQuery
 from tests.integration.conftest import HandlerFactory, make_event
 from tests.support.pool import history, items, seed, set_capture

@@ -29,8 +29,8 @@ from service.adapters.db.database import Database
 from service.adapters.kafka.dead_letters import ORIGINAL_OFFSET, ORIGINAL_PARTITION, REASON, header
 from service.adapters.metrics import Metrics
 from service.app.caches import CaptureSwitch
-from service.app.extraction import Outcome
 from service.core.events import Undecodable, decode_event
+from service.core.outcomes import Outcome
 from service.entrypoints.consumer import MAX_EVENT_BYTES
 from tests.conftest import said
 from tests.integration.conftest import HandlerFactory

@@ -8,9 +8,9 @@ import sqlalchemy as sa
 from service.adapters.db.database import Database
 from service.adapters.db.memory_repository import MemoryRepository
 from service.adapters.db.tables import memory_item
-from service.app.extraction import Outcome
 from service.core.model import Group, Scope, Source, Status
 from service.core.normalize import dedup_hash
+from service.core.outcomes import Outcome
 from service.core.project_keys import RobotKeys
 from tests.integration.conftest import HandlerFactory, make_event
 from tests.support.pool import history, items, seed, seed_many, set_capture

@@ -22,8 +22,8 @@ import pytest
 from service.adapters.db.database import Database
 from service.adapters.llm_client import LlmClient, StructuredOutput
 from service.adapters.metrics import Metrics
-from service.app.extraction import Outcome
 from service.core.extraction_answer import parse_extraction_answer
+from service.core.outcomes import Outcome
 from tests.conftest import said
 from tests.integration.conftest import HandlerFactory, make_event
 from tests.simulation.driver import CURRENT_USER, RecordingLlm

@@ -24,11 +24,12 @@ from service.adapters.db.database import Database
 from service.adapters.llm_client import AnswerShape, LlmAnswer, LlmClient, StructuredOutput
 from service.adapters.metrics import Metrics
 from service.app.consolidation import Consolidator
-from service.app.extraction import ExtractionHandler, Outcome
+from service.app.extraction import ExtractionHandler
 from service.app.retention import Horizons, RetentionJob
 from service.core.consolidation import RunResult
 from service.core.events import TaskFinishedEvent
 from service.core.model import USER_GROUP, Group, Scope
+from service.core.outcomes import Outcome
 from tests.simulation.checker import Offered, Row, fact_key, identity_key
 from tests.simulation.model import STYLES, conversation, wording
 from tests.simulation.prompts import PromptFigure, PromptFigures

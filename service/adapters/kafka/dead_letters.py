@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from enum import StrEnum
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import (
@@ -30,6 +29,7 @@ from aiokafka.errors import (
 )
 
 from service.adapters.kafka.record_reader import UNDECODABLE, header_key_bytes
+from service.core.labels import DeadLetterReason
 
 MAX_DLQ_MESSAGE_BYTES = 16 * 1024 * 1024
 REASON, ERROR, STUB = "x-dlq-reason", "x-dlq-error", "x-dlq-stub"
@@ -44,22 +44,6 @@ STUB_HEADER_BYTES = 1024
 MAX_ERROR_CHARS = 1000
 
 Headers = list[tuple[str, bytes | None]]
-
-
-class DeadLetterReason(StrEnum):
-    """`x-dlq-reason` and the `reason` label of `mao_memory_dead_letters_total`."""
-
-    INVALID_JSON = "invalid_json"
-    INVALID_UTF8 = "invalid_utf8"
-    SCHEMA = "schema"
-    TOO_LARGE = "too_large"
-    EMPTY = "empty"
-    UNDECODABLE_RECORD = "undecodable_record"  # the Kafka client could not parse the record itself
-    PROCESSING_ERROR = "processing_error"
-    MODEL_REJECTED = "model_rejected"
-    MODEL_FAILED = "model_failed"  # the model failed this one event again and again, not an outage
-    PAYLOAD_TOO_LARGE = "payload_too_large"
-    DLQ_REFUSED = "dlq_refused"
 
 
 _TOO_LARGE = (MessageSizeTooLargeError, RecordListTooLargeError)

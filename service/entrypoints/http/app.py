@@ -25,7 +25,10 @@ if TYPE_CHECKING:
     from starlette.responses import Response
     from starlette.types import Scope
 
-    from service.bootstrap import Container
+    from service.adapters.db.database import Database
+    from service.adapters.metrics import Metrics
+    from service.app.caches import CaptureSwitch
+    from service.config import Settings
 
 CONSOLE_DIR = Path(__file__).resolve().parent / "console"
 # Operations that take no credentials (the sign-in link's code is the credential).
@@ -45,7 +48,14 @@ class ConsoleFiles(StaticFiles):
         return response
 
 
-def create_app(container: Container, include_api: bool, checks: dict[str, Check]) -> FastAPI:
+def create_app(
+    settings: Settings,
+    metrics: Metrics,
+    db: Database,
+    capture: CaptureSwitch,
+    include_api: bool,
+    checks: dict[str, Check],
+) -> FastAPI:
     app = FastAPI(
         title="mao-memory",
         version="0.1.0",
@@ -58,13 +68,12 @@ def create_app(container: Container, include_api: bool, checks: dict[str, Check]
     )
     install_error_handlers(app)
     app.add_middleware(BodyLimit)
-    if include_api and container.settings.api_docs:
+    if include_api and settings.api_docs:
         install_api_docs(app)  # the interactive API page, unless switched off
-    app.include_router(ops_router(container.metrics, checks))
+    app.include_router(ops_router(metrics, checks))
     if include_api:
-        settings = container.settings
         app.state.authenticator = Authenticator(settings)
-        service = MemoryService(container.db, container.capture, settings.robot_keys)
+        service = MemoryService(db, capture, settings.robot_keys)
         # Routes are matched in order: the injection lookup, called on every agent turn, comes first.
         app.include_router(internal_router(service, settings))
         app.include_router(memory_router(service))
