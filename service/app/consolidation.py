@@ -8,10 +8,9 @@ from datetime import datetime, timedelta
 import structlog
 
 from service.adapters.db.database import Database, UnitOfWork
-from service.adapters.db.memory_repository import HistoryEntry
-from service.adapters.llm_client import AnswerShape, LlmError, StructuredOutput
 from service.adapters.metrics import Metrics
-from service.app.extraction import Extracted, Llm
+from service.app.extraction import Extracted
+from service.app.ports import AnswerShape, Llm, LlmError, StructuredOutput
 from service.config import Settings
 from service.core.consolidation import (
     ANSWER_SCHEMA,
@@ -37,6 +36,7 @@ from service.core.consolidation_ops import (
     merged_hashes,
 )
 from service.core.model import Group, MemoryRow, Source, Status
+from service.core.records import HistoryEntry
 
 log = structlog.get_logger(__name__)
 MAX_CONCURRENT_RUNS = 4

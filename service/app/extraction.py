@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Hashable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Protocol
 
 import structlog
 
 from service.adapters.db.database import Database, UnitOfWork
 from service.adapters.db.errors import is_transient
 from service.adapters.db.extraction_reads import ExtractionInputs
-from service.adapters.db.memory_repository import HistoryEntry
-from service.adapters.llm_client import AnswerShape, LlmAnswer, LlmError, StructuredOutput
 from service.adapters.metrics import Metrics
 from service.app.caches import CaptureSwitch, ProjectRecorder
+from service.app.ports import AnswerShape, Llm, LlmAnswer, LlmError, StructuredOutput
 from service.config import Settings
 from service.core.budget import ExtractionBudget
 from service.core.comparison_set import ComparisonSet
@@ -37,23 +35,9 @@ from service.core.persist_plan import (
     decide,
 )
 from service.core.pool_read import pool_query
+from service.core.records import HistoryEntry
 
 log = structlog.get_logger(__name__)
-
-
-class Llm(Protocol):
-    def mode(self, model: str) -> StructuredOutput: ...
-
-    async def complete(
-        self,
-        purpose: str,
-        model: str,
-        messages: list[dict[str, str]],
-        shape: AnswerShape,
-        wait: bool = True,
-        *,
-        caller: Hashable | None = None,
-    ) -> LlmAnswer: ...
 
 
 class ModelUnavailable(Exception):

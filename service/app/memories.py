@@ -8,7 +8,6 @@ from typing import Any
 import structlog
 
 from service.adapters.db.database import Database, UnitOfWork
-from service.adapters.db.memory_repository import HistoryEntry, ItemRecord, ListFilter
 from service.app.caches import CaptureSwitch
 from service.core.budget import ExtractionBudget
 from service.core.injection_prompt import MemoryHint, injected, render_injection
@@ -25,6 +24,7 @@ from service.core.model import (
 )
 from service.core.normalize import dedup_hash
 from service.core.project_keys import RobotKeys
+from service.core.records import HistoryEntry, ItemRecord, ListFilter
 
 log = structlog.get_logger(__name__)
 

@@ -18,8 +18,8 @@ from playwright import async_api as playwright_api
 
 from service.adapters.db.database import Database
 from service.adapters.db.engine import upgrade_schema
-from service.adapters.db.memory_repository import HistoryEntry
 from service.core.model import DismissedBy, Group, Scope, Source, Status
+from service.core.records import HistoryEntry
 from tests.e2e.conftest import JWT_SECRET
 from tests.support.pool import items, remember_projects, seed, set_capture
 from tests.support.processes import OUTPUT, ServiceProcess, free_port

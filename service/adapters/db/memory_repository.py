@@ -22,6 +22,7 @@ from service.adapters.db.prepared import Prepared, Statements
 from service.adapters.db.tables import memory_history, memory_item
 from service.core.model import DismissedBy, Group, MemoryRow, Scope, Source, Status
 from service.core.pool_read import PoolQuery
+from service.core.records import HistoryEntry, ItemRecord, ListFilter
 
 t = memory_item
 _MACHINE_ACTIVE_IN_GROUP = sa.select(t).where(
@@ -102,14 +103,6 @@ _INJECTION = Prepared(
 )
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ItemRecord(MemoryRow):
-    """A memory as the API shows it: the decision fields and where it came from."""
-
-    origin_session_id: int | None
-    created_at: datetime
-
-
 # Enum members by value: a dict lookup per column, not an Enum call, for the hundreds of rows a full
 # pool reads on every extraction.
 _SCOPES = {m.value: m for m in Scope}
@@ -142,34 +135,15 @@ class PoolRead:
     rows: list[MemoryRow]
 
 
-@dataclass(frozen=True, slots=True)
-class ListFilter:
-    scope: Scope | None = None
-    project_key: str | None = None
-    status: Status | None = None
-
-    def clause(self, user_id: int) -> sa.ColumnElement[bool]:
-        conditions = [t.c.user_id == user_id]
-        if self.scope is not None:
-            conditions.append(t.c.scope == self.scope.value)
-        if self.project_key is not None:
-            conditions.append(t.c.project_key == self.project_key)
-        if self.status is not None:
-            conditions.append(t.c.status == self.status.value)
-        return sa.and_(*conditions)
-
-
-@dataclass(frozen=True, slots=True)
-class HistoryEntry:
-    """Who changed what, and which conversation caused it, so a polluted memory can be traced."""
-
-    action: str
-    actor: str
-    old_content: str | None = None
-    new_content: str | None = None
-    event_id: str | None = None
-    session_id: int | None = None
-    model: str | None = None
+def _list_clause(where: ListFilter, user_id: int) -> sa.ColumnElement[bool]:
+    conditions = [t.c.user_id == user_id]
+    if where.scope is not None:
+        conditions.append(t.c.scope == where.scope.value)
+    if where.project_key is not None:
+        conditions.append(t.c.project_key == where.project_key)
+    if where.status is not None:
+        conditions.append(t.c.status == where.status.value)
+    return sa.and_(*conditions)
 
 
 class MemoryRepository:
@@ -305,7 +279,7 @@ class MemoryRepository:
     async def page(self, user_id: int, where: ListFilter, offset: int, limit: int) -> list[ItemRecord]:
         rows = await self.conn.execute(
             sa.select(t)
-            .where(where.clause(user_id))
+            .where(_list_clause(where, user_id))
             .order_by(t.c.updated_at.desc(), t.c.id.desc())
             .offset(offset)
             .limit(limit)
@@ -313,7 +287,9 @@ class MemoryRepository:
         return [to_record(r) for r in rows]
 
     async def count(self, user_id: int, where: ListFilter) -> int:
-        value = await self.conn.scalar(sa.select(sa.func.count()).select_from(t).where(where.clause(user_id)))
+        value = await self.conn.scalar(
+            sa.select(sa.func.count()).select_from(t).where(_list_clause(where, user_id))
+        )
         return int(value or 0)
 
     async def injection_window(

@@ -10,10 +10,10 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, WithJsonSchema, model_validator
 from pydantic.alias_generators import to_camel
 
-from service.adapters.db.memory_repository import ItemRecord
 from service.core.injection_prompt import MemoryHint
 from service.core.model import MAX_MANUAL_CONTENT_CHARS, MAX_MODEL_NAME_CHARS, MAX_PROJECT_KEY_CHARS
 from service.core.normalize import is_hostile, is_visible, text_problem
+from service.core.records import ItemRecord
 
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 

@@ -6,10 +6,10 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query
 
-from service.adapters.db.memory_repository import ListFilter
 from service.app.memories import MemoryService
 from service.core.events import BIGINT_MAX
 from service.core.model import MAX_PROJECT_KEY_CHARS, Scope, Status
+from service.core.records import ListFilter
 from service.entrypoints.http.api_models import (
     CaptureSetting,
     CreateMemory,
