@@ -174,6 +174,7 @@ async def start_consumer(container: Container) -> None:
         container.metrics,
         after_commit=container.consolidator.schedule,
         model_successes=lambda: llm.successes,
+        model_failures=lambda: llm.failures,
         event_failures=settings.llm_event_failures,
     )
     consumer = AIOKafkaConsumer(

@@ -120,6 +120,7 @@ class LlmClient:
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
         self._successes = 0
+        self._failures = 0
 
     @property
     def successes(self) -> int:
@@ -127,6 +128,12 @@ class LlmClient:
         or an unusable 2xx is not one: a provider answering every event with garbage must not make
         each event look like the only one failing."""
         return self._successes
+
+    @property
+    def failures(self) -> int:
+        """Calls that ended without an answer and were not rejected, every caller's, since start:
+        an event's failure says little about the event while other callers fail too."""
+        return self._failures
 
     async def stop(self) -> None:
         """Close the shared HTTP session (at shutdown)."""
@@ -165,6 +172,7 @@ class LlmClient:
             answer = await self._with_fallback(_Call(purpose, model, messages, shape))
         except LlmError as exc:
             if exc.retryable:
+                self._failures += 1
                 self._breaker.failed(ticket, caller)
             else:
                 self._breaker.succeeded(ticket)  # the provider answered; the request was wrong

@@ -14,7 +14,7 @@ from service.adapters.db.errors import is_transient
 from service.adapters.db.extraction_reads import ExtractionInputs
 from service.adapters.metrics import Metrics
 from service.app.caches import CaptureSwitch, ProjectRecorder
-from service.app.ports import AnswerShape, Llm, LlmAnswer, LlmError, StructuredOutput
+from service.app.ports import AnswerShape, FailureClass, Llm, LlmAnswer, LlmError, StructuredOutput
 from service.config import Settings
 from service.core.budget import ExtractionBudget
 from service.core.comparison_set import ComparisonSet
@@ -43,11 +43,13 @@ log = structlog.get_logger(__name__)
 class ModelUnavailable(Exception):
     """The model timed out, was rate-limited, failed or unreachable: the event stays unfinished
     (no ledger row, offset not committed) and is tried again later. `kind` is the client's failure
-    label (timeout, error, …), the error of a `model_failed` dead letter."""
+    label (timeout, error, …), the error of a `model_failed` dead letter; `failure` its class
+    (an OUTAGE never counts against the event)."""
 
-    def __init__(self, kind: str, detail: str) -> None:
+    def __init__(self, kind: str, detail: str, failure: FailureClass = FailureClass.EVENT) -> None:
         super().__init__(f"{kind}: {detail}")
         self.kind = kind
+        self.failure = failure
 
 
 class ModelRejected(Exception):
@@ -163,7 +165,7 @@ class ExtractionHandler:
         except LlmError as exc:
             log.warning("extraction_llm_failed", event_id=event.event_id, kind=exc.kind, error=exc.detail)
             if exc.retryable:
-                raise ModelUnavailable(exc.kind, exc.detail) from exc
+                raise ModelUnavailable(exc.kind, exc.detail, exc.failure) from exc
             raise ModelRejected(exc.detail) from exc
 
         usable, result = _read_answer(answer)

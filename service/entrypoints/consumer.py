@@ -26,6 +26,7 @@ from service.adapters.kafka.dead_letters import (
     verdict,
 )
 from service.adapters.kafka.record_reader import UNDECODABLE
+from service.adapters.llm_failures import FailureClass
 from service.adapters.metrics import Metrics
 from service.app.extraction import Extracted, ExtractionHandler, ModelRejected, ModelUnavailable
 from service.core.events import TaskFinishedEvent, Undecodable, decode_event
@@ -84,6 +85,7 @@ class EventProcessor:
         metrics: Metrics,
         after_commit: AfterCommit | None = None,
         model_successes: Callable[[], int] = lambda: 0,
+        model_failures: Callable[[], int] = lambda: 0,
         event_failures: int = 3,
     ) -> None:
         self._handler = handler
@@ -91,6 +93,7 @@ class EventProcessor:
         self._metrics = metrics
         self._after_commit = after_commit
         self._model_successes = model_successes
+        self._model_failures = model_failures
         self._event_failures = event_failures
         # Bound once: resolving a label per event costs the skip path more than counting does.
         self._outcomes = {outcome: metrics.events.labels(outcome.value) for outcome in Outcome}
@@ -174,7 +177,7 @@ class EventProcessor:
         goes to the DLQ at once; an event the model keeps failing on while it answers other events, and
         a bug, get a bounded number of tries, then the DLQ."""
         delay, bug_attempts = 0.5, 0
-        budget = FailureBudget(self._event_failures, self._model_successes())
+        budget = FailureBudget(self._event_failures, self._model_successes(), self._model_failures())
         while True:
             try:
                 return await self._handler.handle(event)
@@ -184,7 +187,8 @@ class EventProcessor:
                 await self._dead_letter(record, DeadLetterReason.MODEL_REJECTED, str(exc), event)
                 return Outcome.DEAD_LETTERED, None
             except ModelUnavailable as exc:
-                if budget.failed(self._model_successes()):
+                outage = exc.failure is FailureClass.OUTAGE
+                if budget.failed(self._model_successes(), self._model_failures(), outage):
                     await self._dead_letter(record, DeadLetterReason.MODEL_FAILED, exc.kind, event)
                     return Outcome.DEAD_LETTERED, None
                 # The circuit breaker holds further calls while an outage lasts; this only spaces
@@ -249,7 +253,12 @@ class EventProcessor:
                 "dlq_message_refused", reason=header(headers, REASON), error=repr(refusal), **coordinates
             )
             value, headers = dead_letter_stub(value, headers, refusal)
-            if await self._publish_dead_letter(value, key, headers) is not None:
+            refusal = await self._publish_dead_letter(value, key, headers)
+            if refusal is not None:  # the last resort: the verdict and the coordinates alone
+                value, key = None, None
+                headers = [(k, v) for k, v in headers if k.startswith(("x-dlq-", "x-original-"))]
+                refusal = await self._publish_dead_letter(value, key, headers)
+            if refusal is not None:
                 self._metrics.dead_letters_lost.inc()
                 log.error(
                     "dead_letter_lost",

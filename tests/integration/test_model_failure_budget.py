@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -24,7 +25,7 @@ from tests.conftest import event_payload, said
 from tests.integration.conftest import HandlerFactory
 from tests.support.dead_letters import RecordingDeadLetters
 from tests.support.pool import ledger, set_capture
-from tests.support.scripted_llm import ScriptedLlm
+from tests.support.scripted_llm import Request, ScriptedLlm
 
 
 def record(payload: dict[str, Any], offset: int) -> ConsumerRecord[bytes, bytes]:
@@ -53,6 +54,7 @@ def processor_of(
         dead,  # type: ignore[arg-type]
         metrics,
         model_successes=lambda: llm.successes,
+        model_failures=lambda: llm.failures,
         event_failures=3,
     )
 
@@ -115,3 +117,63 @@ async def test_during_an_outage_nothing_is_dead_lettered_and_the_breaker_opens(
 
     assert dead.published == [] and opened == 0
     assert breaker.state is not BreakerState.CLOSED
+
+
+async def test_a_rate_limiting_provider_under_load_dead_letters_nothing(
+    mysql_db: Database,
+    make_handler: HandlerFactory,
+    llm: ScriptedLlm,
+    client: tuple[LlmClient, CircuitBreaker],
+    user_id: int,
+) -> None:
+    """429 with Retry-After beyond 10 requests/s while 20 events are in flight: some calls are
+    answered, the others throttled; the provider is saturated and no event is at fault."""
+    model, _breaker = client
+    await set_capture(mysql_db, user_id)
+    stamps: list[float] = []
+
+    def over_rate(_request: Request) -> bool:  # called under the server's lock
+        now = time.monotonic()
+        stamps[:] = [t for t in stamps if now - t < 0.2]
+        if len(stamps) >= 2:
+            return True
+        stamps.append(now)
+        return False
+
+    llm.script(f"busy{user_id}", status=429, headers={"Retry-After": "0.1"}, only_if=over_rate)
+    llm.script(f"busy{user_id}", [{"type": "user", "content": "限流时照样记住"}])
+    dead, metrics = RecordingDeadLetters(), Metrics()
+    processor = processor_of(mysql_db, make_handler, model, dead, metrics)
+    events = [event_payload(user_id, n, lastUserMessage=said(f"busy{user_id}")) for n in range(1, 21)]
+
+    await asyncio.wait_for(
+        asyncio.gather(*(processor(receive(record(e, n))) for n, e in enumerate(events))), timeout=60
+    )
+
+    assert dead.reasons() == []
+    assert metrics.events.labels(Outcome.EXTRACTED.value)._value.get() == 20
+
+
+async def test_a_single_slot_server_queueing_into_timeouts_dead_letters_nothing(
+    mysql_db: Database,
+    make_handler: HandlerFactory,
+    llm: ScriptedLlm,
+    client: tuple[LlmClient, CircuitBreaker],
+    user_id: int,
+) -> None:
+    """A local server answering one request at a time, 0.1 s each, with a 0.3 s timeout and 10
+    events in flight: the later ones time out in its queue while the first are answered."""
+    model, _breaker = client
+    await set_capture(mysql_db, user_id)
+    llm.single_slot = True
+    llm.script(f"queue{user_id}", [{"type": "user", "content": "排队时照样记住"}], delay_s=0.1)
+    dead, metrics = RecordingDeadLetters(), Metrics()
+    processor = processor_of(mysql_db, make_handler, model, dead, metrics)
+    events = [event_payload(user_id, n, lastUserMessage=said(f"queue{user_id}")) for n in range(1, 11)]
+
+    await asyncio.wait_for(
+        asyncio.gather(*(processor(receive(record(e, n))) for n, e in enumerate(events))), timeout=90
+    )
+
+    assert dead.reasons() == []
+    assert metrics.events.labels(Outcome.EXTRACTED.value)._value.get() == 10

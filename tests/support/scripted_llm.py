@@ -71,6 +71,9 @@ class ScriptedLlm:
         self.rules: list[Rule] = []
         self.requests: list[Request] = []
         self.default_delay_s = 0.0
+        # One request at a time, the others queued (a local server with one slot, llama.cpp's default).
+        self.single_slot = False
+        self._slot = threading.Lock()
         # Answers requests no rule matches: a function of the request, for streams of many events.
         self.responder: Callable[[Request], str | None] | None = None
         self._server = _Server(("127.0.0.1", port), self._handler_class())
@@ -94,6 +97,7 @@ class ScriptedLlm:
             self.rules.clear()
             self.requests.clear()
             self.default_delay_s = 0.0
+            self.single_slot = False
             self.responder = None
 
     def script(self, marker: str, reply: Any = "[]", **kwargs: Any) -> Rule:
@@ -148,6 +152,13 @@ class ScriptedLlm:
                 pass
 
             def do_POST(self) -> None:
+                if llm.single_slot:
+                    with llm._slot:
+                        self._post()
+                else:
+                    self._post()
+
+            def _post(self) -> None:
                 length = int(self.headers.get("content-length", "0"))
                 raw = self.rfile.read(length)
                 headers = {k.lower(): v for k, v in self.headers.items()}
