@@ -23,6 +23,7 @@ from service.core.model import (
     Status,
 )
 from service.core.normalize import dedup_hash
+from service.core.overflow import demoted_for_room
 from service.core.project_keys import RobotKeys
 from service.core.records import HistoryEntry, ItemRecord, ListFilter
 
@@ -80,7 +81,8 @@ class MemoryService:
         digest = dedup_hash(group.scope, group.project_key, content)
         async with self._db.locked_user(user_id) as uow:
             clash = (await uow.memories.by_hashes(user_id, [digest])).get(digest)
-            if clash is not None and clash.dismissed_by is not DismissedBy.CAPACITY:
+            # The user's own words may bring back any row D14 demoted, even one they edited since.
+            if clash is not None and not demoted_for_room(clash.dismissed_by):
                 raise Duplicate
             # The manual path keeps its explicit error; only automatic writes demote (D14).
             if await uow.memories.active_count(user_id) >= MAX_ACTIVE_PER_USER:

@@ -11,8 +11,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from service.core.consolidation import ConsolidationPlan, Merge, RunResult
-from service.core.model import MACHINE_SOURCES, DismissedBy, Group, MemoryRow, Status
+from service.core.model import Group, MemoryRow, Status
 from service.core.normalize import dedup_hash
+from service.core.overflow import restorable
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +134,6 @@ def _merge_target(
         return Abandon(RunResult.ABANDONED_INVALID, "a merge restates a row that another operation removes")
     if clash.status is Status.ACTIVE:
         return clash.id, None
-    if clash.dismissed_by is not DismissedBy.CAPACITY or clash.source not in MACHINE_SOURCES:
+    if not restorable(clash.source, clash.dismissed_by):
         return Abandon(RunResult.ABANDONED_INVALID, "a merge restates a fact the user dismissed")
     return clash.id, RestoreMerged(clash.id, clash.content)

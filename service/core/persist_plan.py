@@ -13,7 +13,6 @@ from enum import StrEnum
 from service.core.comparison_set import ComparisonSet
 from service.core.model import (
     MACHINE_SOURCES,
-    MAX_ACTIVE_PER_USER,
     USER_GROUP,
     Action,
     Candidate,
@@ -26,6 +25,7 @@ from service.core.model import (
     session_groups,
 )
 from service.core.normalize import dedup_hash
+from service.core.overflow import has_room, oldest_first, overflow_victim, restorable
 
 
 class Result(StrEnum):
@@ -161,9 +161,7 @@ class _Planner:
         self.content_of: dict[int, str] = {r.id: r.content for r in state.machine_active.values()}
         self.group_of: dict[int, Group] = {r.id: r.group for r in state.machine_active.values()}
         # Oldest first; a touch or update moves a row to the end, a demotion removes it.
-        self.recency: dict[Group, list[int]] = {}
-        for row in sorted(state.machine_active.values(), key=lambda r: (r.updated_at, r.id)):
-            self.recency.setdefault(row.group, []).append(row.id)
+        self.recency = oldest_first(state.machine_active.values())
         self.written: set[int] = set()
         self.plan = Plan()
 
@@ -242,8 +240,7 @@ class _Planner:
             if slot.source not in MACHINE_SOURCES:
                 return Result.MATCHED_MANUAL
             return self._touch(slot.row_id, Result.TOUCHED)
-        restorable = slot.dismissed_by is DismissedBy.CAPACITY and slot.source in MACHINE_SOURCES
-        if not restorable or slot.row_id is None:
+        if not restorable(slot.source, slot.dismissed_by) or slot.row_id is None:
             return Result.DROPPED_DISMISSED
         return self._restore(slot, digest)
 
@@ -263,14 +260,14 @@ class _Planner:
         return Result.RESTORED
 
     def _make_room(self, group: Group) -> bool:
-        return self.active < MAX_ACTIVE_PER_USER or self._demote_oldest(group)
+        return has_room(self.active) or self._demote_for_room(group)
 
-    def _demote_oldest(self, group: Group) -> bool:
-        """D14: the group's least recently confirmed machine-made row makes room; never a MANUAL row."""
-        order = self.recency.get(group, [])
-        if not order:
+    def _demote_for_room(self, group: Group) -> bool:
+        """D14: the overflow victim makes room, DISMISSED for `CAPACITY`; with none, no room."""
+        victim = overflow_victim(self.recency, group)
+        if victim is None:
             return False
-        victim = order.pop(0)
+        self.recency[group].remove(victim)
         self.plan.ops.append(Demote(victim, self.content_of[victim]))
         self.slots[self.hash_of[victim]] = _Slot(
             victim,
