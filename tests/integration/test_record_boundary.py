@@ -23,7 +23,7 @@ from tests.conftest import event_payload, said
 from tests.integration.conftest import HandlerFactory
 from tests.support.backends import Broker
 from tests.support.pool import items, set_capture
-from tests.support.raw_records import RawKey, raw_key_producers
+from tests.support.raw_records import RawKey, raw_batch, raw_key_producers, send_raw_batch, with_crc
 from tests.support.record_pipeline import RecordPipeline, produce
 from tests.support.scripted_llm import ScriptedLlm
 
@@ -133,3 +133,74 @@ async def test_a_consumer_that_ends_unasked_is_reported_counted_and_turned_into_
     stop.set()  # a requested stop is not a death
     ended = asyncio.create_task(asyncio.sleep(0))
     assert await _until_stopped(stop, asyncio.create_task(asyncio.sleep(3600)), ended, metrics) is None
+
+
+async def test_a_record_with_neither_key_nor_value_is_dead_lettered_and_the_partition_moves_on(
+    pipeline: RecordPipeline, broker: Broker
+) -> None:
+    """Kafka clients refuse to publish such a record, so its dead letter carries an empty key."""
+    builder = raw_batch([(None, None, [(b"h", b"x")])])
+    base = await send_raw_batch(broker.bootstrap, pipeline.topic, 0, builder)
+    after = await produce(pipeline.bootstrap, pipeline.topic, [(b"k", b"not json", [], None)])
+    assert await pipeline.settled({0: after[0][1] + 1}, timeout_s=20)
+    letters = await pipeline.dead_letters()
+    assert [header(d.headers, REASON) for d in letters] == ["empty", "invalid_json"]
+    assert letters[0].value is None and header(letters[0].headers, "x-dlq-null-key") == "1"
+    assert header(letters[0].headers, "x-original-offset") == str(base)
+
+
+async def test_a_record_the_reader_cannot_parse_is_dead_lettered_as_a_stub(
+    pipeline: RecordPipeline, broker: Broker
+) -> None:
+    broken = bytearray(raw_batch([(b"s", b"stub me", [])]))
+    broken[-1] = 10  # the header count, the record's last byte: claims 5 headers it does not have
+    await send_raw_batch(broker.bootstrap, pipeline.topic, 0, with_crc(broken))
+    after = await produce(pipeline.bootstrap, pipeline.topic, [(b"k", b"not json", [], None)])
+    assert await pipeline.settled({0: after[0][1] + 1}, timeout_s=20)
+    letters = await pipeline.dead_letters()
+    assert [header(d.headers, REASON) for d in letters] == ["undecodable_record", "invalid_json"]
+    assert "unreadable" in (header(letters[0].headers, "x-dlq-error") or "")
+
+
+async def test_a_batch_with_a_wrong_crc_is_one_stub_and_no_partition_loses_a_record(
+    broker: Broker, mysql_db: Database, make_handler: HandlerFactory
+) -> None:
+    """aiokafka raised a wrong CRC from `getmany` at every fetch, dropping what it had drained of the
+    other partitions in the same call."""
+    running = RecordPipeline(broker.bootstrap, make_handler(mysql_db), Metrics(), partitions=2)
+    await running.start()
+    try:
+        bad = bytearray(raw_batch([(b"a", b"x1", []), (b"b", b"x2", [])]))
+        bad[-1] ^= 0x55
+        base = await send_raw_batch(broker.bootstrap, running.topic, 1, bytes(bad))
+        healthy = [(b"k", b"not json %d" % n, [], None) for n in range(30)]
+        placed = await produce(running.bootstrap, running.topic, healthy)
+        tail = await produce(running.bootstrap, running.topic, [(b"b", b"after", [], None)])
+        ends: dict[int, int] = {1: base + 2}
+        for partition, offset in [*placed, *tail]:
+            ends[partition] = max(ends.get(partition, 0), offset + 1)
+        assert await running.settled(ends, timeout_s=30)
+        letters = await running.dead_letters()
+        stubs = [d for d in letters if header(d.headers, REASON) == "undecodable_record"]
+        assert len(stubs) == 1 and "CRC" in (header(stubs[0].headers, "x-dlq-error") or "")
+        assert len(letters) == 1 + len(healthy) + 1  # every healthy record ended once, none lost
+    finally:
+        await running.stop()
+
+
+async def test_a_dead_letter_with_many_headers_becomes_a_bounded_stub(
+    broker: Broker, mysql_db: Database, make_handler: HandlerFactory
+) -> None:
+    running = RecordPipeline(broker.bootstrap, make_handler(mysql_db), Metrics(), partitions=1)
+    running.dead_letter_limit(256 * 1024)
+    await running.start()
+    try:
+        headers = [(f"h{n}", b"v" * 1000) for n in range(2000)]  # 2 MB of headers
+        placed = await produce(running.bootstrap, running.topic, [(b"k", b"not json", headers, None)])
+        assert await running.settled({0: placed[0][1] + 1})
+        [letter] = await running.dead_letters()
+        assert header(letter.headers, REASON) == "payload_too_large"
+        assert int(header(letter.headers, "x-dlq-headers-dropped") or 0) > 1900
+        assert running.metrics.dead_letters_lost._value.get() == 0
+    finally:
+        await running.stop()

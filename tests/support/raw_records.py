@@ -13,7 +13,9 @@ from typing import Any
 
 import aiokafka.producer.message_accumulator as accumulator
 import aiokafka.producer.producer as producer
-from aiokafka.record.default_records import _DefaultRecordBatchBuilderPy
+from aiokafka import AIOKafkaProducer
+from aiokafka.record.default_records import _DefaultRecordBatchBuilderPy, _DefaultRecordBatchPy
+from aiokafka.record.util import calc_crc32c
 
 Header = tuple[bytes, bytes | None]
 
@@ -60,3 +62,31 @@ def raw_key_producers() -> Iterator[None]:
     finally:
         for module, original in zip(modules, originals, strict=True):
             module.DefaultRecordBatchBuilder = original  # type: ignore[misc]
+
+
+def with_crc(data: bytearray) -> bytes:
+    """The batch's CRC made right again after its bytes were changed on purpose."""
+    attributes = _DefaultRecordBatchPy.ATTRIBUTES_OFFSET
+    struct.pack_into(">I", data, _DefaultRecordBatchPy.CRC_OFFSET, calc_crc32c(bytes(data[attributes:])))
+    return bytes(data)
+
+
+async def send_raw_batch(bootstrap: str, topic: str, partition: int, data: bytes) -> int:
+    """Publish these exact batch bytes (a broker that does not validate batches stores them as they
+    are, as Tansu does); returns the batch's base offset."""
+    original = accumulator.BatchBuilder._build
+
+    def build(builder: Any) -> bytearray:
+        builder.close()
+        builder._buffer = bytearray(data)
+        return builder._buffer  # type: ignore[no-any-return]
+
+    accumulator.BatchBuilder._build = build  # type: ignore[method-assign]
+    sender = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=False, linger_ms=0)
+    await sender.start()
+    try:
+        metadata = await sender.send_and_wait(topic, b"replaced", partition=partition)
+    finally:
+        accumulator.BatchBuilder._build = original  # type: ignore[method-assign]
+        await sender.stop()
+    return int(metadata.offset)

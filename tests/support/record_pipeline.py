@@ -73,6 +73,10 @@ class RecordPipeline:
         self._dead_letters = DeadLetterPublisher(bootstrap, self.dlq)
         self._dlq_reader = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
 
+    def dead_letter_limit(self, max_request_size: int) -> None:
+        """A dead-letter topic that takes messages up to this size (before `start`)."""
+        self._dead_letters = DeadLetterPublisher(self.bootstrap, self.dlq, max_request_size)
+
     async def start(self) -> None:
         await ensure_topics(self.bootstrap, [self.topic, self.dlq], self.partitions)
         await self._dead_letters.start()
@@ -115,14 +119,18 @@ class RecordPipeline:
         return False
 
     async def dead_letters(self) -> list[Record]:
-        """The dead letters published since the last call, up to the topic's end now."""
+        """The dead letters published since the last call, up to the topic's end now (the high
+        watermark, which Tansu's ListOffsets may understate)."""
         partitions = list(self._dlq_reader.assignment())
         end = await self._dlq_reader.end_offsets(partitions)
         found: list[Record] = []
-        while [tp for tp in partitions if await self._dlq_reader.position(tp) < end[tp]]:
+        while True:
             batch = await self._dlq_reader.getmany(timeout_ms=500)
             found += [r for records in batch.values() for r in records]
-        return found
+            for tp in partitions:
+                end[tp] = max(end[tp], self._dlq_reader.highwater(tp) or 0)
+            if not batch and not [tp for tp in partitions if await self._dlq_reader.position(tp) < end[tp]]:
+                return found
 
 
 async def produce(

@@ -12,8 +12,9 @@ import struct
 
 import aiokafka.consumer.fetcher as fetcher
 import pytest
-from aiokafka.record.default_records import _DefaultRecordBatchPy
+from aiokafka.record.default_records import DefaultRecordBatch, _DefaultRecordBatchPy
 from aiokafka.record.memory_records import MemoryRecords
+from aiokafka.record.util import calc_crc32c
 from aiokafka.structs import TopicPartition
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -35,7 +36,7 @@ def read(data: bytes, fetch_offset: int = 0, check_crcs: bool = True) -> list[ob
 
 
 def test_the_c_extension_is_what_the_service_reads_with() -> None:
-    assert "_crecords" in MemoryRecords.__module__
+    assert "_crecords" in MemoryRecords.__module__ and "_crecords" in DefaultRecordBatch.__module__
 
 
 @pytest.mark.parametrize("reader", [MemoryRecords, fetcher.PartitionRecords])
@@ -110,13 +111,59 @@ def test_a_record_that_cannot_be_parsed_becomes_a_stub_at_its_offset_and_the_res
     assert records[2].value == b"3"  # type: ignore[attr-defined]
 
 
-def test_a_batch_in_a_codec_the_client_lacks_becomes_one_stub_for_its_offsets() -> None:
+def test_a_batch_in_a_codec_the_client_lacks_becomes_one_stub_at_its_last_offset() -> None:
     data = bytearray(raw_batch([(b"a", b"1", []), (b"b", b"2", [])], base_offset=100))
     attributes = _DefaultRecordBatchPy.ATTRIBUTES_OFFSET
     struct.pack_into(">h", data, attributes, 0x03)  # lz4, whose library is not installed
     records = read(bytes(data), fetch_offset=100, check_crcs=False)
-    assert [r.offset for r in records] == [100]  # type: ignore[attr-defined]
+    assert [r.offset for r in records] == [101]  # type: ignore[attr-defined]
     assert b"offsets 100-101 unreadable" in records[0].headers[0][1]  # type: ignore[attr-defined]
+
+
+def with_crc(data: bytearray) -> bytes:
+    attributes = _DefaultRecordBatchPy.ATTRIBUTES_OFFSET
+    struct.pack_into(">I", data, _DefaultRecordBatchPy.CRC_OFFSET, calc_crc32c(bytes(data[attributes:])))
+    return bytes(data)
+
+
+def test_a_batch_whose_crc_is_wrong_is_one_stub_and_the_next_batch_follows() -> None:
+    """aiokafka raises a wrong CRC from `getmany` again at every fetch: the partition would never move."""
+    bad = bytearray(raw_batch([(b"a", b"1", []), (b"b", b"2", []), (b"c", b"3", [])], base_offset=10))
+    bad[-1] ^= 0xFF
+    good = raw_batch([(b"d", b"4", [])], base_offset=13)
+    records = read(bytes(bad) + good, fetch_offset=11)  # positioned inside the bad batch
+    assert [r.offset for r in records] == [12, 13]  # type: ignore[attr-defined]
+    assert b"offsets 10-12" in records[0].headers[0][1] and b"CRC" in records[0].headers[0][1]  # type: ignore[attr-defined]
+    assert records[1].value == b"4"  # type: ignore[attr-defined]
+
+
+def test_a_batch_neither_reader_can_open_is_one_stub_and_reading_goes_on() -> None:
+    bad = bytearray(raw_batch([(b"a", b"1", []), (b"b", b"2", [])], base_offset=20))
+    bad[16] = 1  # says the legacy format, which these bytes are not
+    data = bytes(bad) + raw_batch([(b"c", b"3", [])], base_offset=22)
+    records = read(data, fetch_offset=20, check_crcs=False)
+    assert [r.offset for r in records] == [20, 22]  # type: ignore[attr-defined]
+    assert records[0].headers[0][0] == UNDECODABLE and records[1].value == b"3"  # type: ignore[attr-defined]
+
+
+def test_a_length_too_short_for_a_batch_ends_the_set_with_a_stub() -> None:
+    bad = bytearray(raw_batch([(b"a", b"1", [])], base_offset=30))
+    struct.pack_into(">i", bad, 8, 13)
+    records = read(bytes(bad) + raw_batch([(b"c", b"3", [])], base_offset=31), fetch_offset=30)
+    assert [(r.offset, r.headers[0][0]) for r in records] == [(30, UNDECODABLE)]  # type: ignore[attr-defined]
+
+
+def test_records_claiming_offsets_outside_their_batch_make_no_stub_outside_it() -> None:
+    """Offset deltas 0, 2, 1 (a producer's bug a broker may not catch): nothing lands past offset 2."""
+    data = bytearray(raw_batch([(b"a", b"0", []), (b"b", b"1", []), (b"c", b"2", [])], base_offset=0))
+    batch = _DefaultRecordBatchPy(bytes(data))
+    batch._maybe_uncompress()
+    pos = batch._pos
+    first_len = data[pos] >> 1
+    second = pos + 1 + first_len
+    data[second + 3], data[second + 1 + (data[second] >> 1) + 3] = 4, 2  # deltas 1 → 2 and 2 → 1
+    offsets = [r.offset for r in read(with_crc(data), fetch_offset=0)]  # type: ignore[attr-defined]
+    assert offsets == sorted(set(offsets)) and max(offsets) <= 2
 
 
 def test_no_reserved_name_can_come_off_the_wire() -> None:

@@ -39,8 +39,13 @@ ORIGINAL_TOPIC, ORIGINAL_PARTITION, ORIGINAL_OFFSET = (
     "x-original-offset",
 )
 RAW_KEY_PREFIX = "x-dlq-raw-key:"
-# A stub must fit where its original did not: each original header value is cut to this.
+# Kafka clients refuse a record with neither key nor value: such a dead letter carries an empty key
+# and this header, and a replay restores the missing key.
+NULL_KEY = "x-dlq-null-key"
+# A stub must fit where its original did not: each original header value is cut to this, and the
+# headers kept in order up to the total (the rest counted in `x-dlq-headers-dropped`).
 STUB_HEADER_BYTES = 1024
+STUB_HEADERS_TOTAL_BYTES = 64 * 1024
 MAX_ERROR_CHARS = 1000
 
 Headers = list[tuple[str, bytes | None]]
@@ -57,8 +62,8 @@ _REFUSED_FOR_GOOD = (
 
 
 def refused_for_good(exc: BaseException) -> bool:
-    """The broker (or the client's own size check) will refuse this message however often it is sent."""
-    return isinstance(exc, _REFUSED_FOR_GOOD)
+    """The broker, or the client's own checks, will refuse this message however often it is sent."""
+    return isinstance(exc, (*_REFUSED_FOR_GOOD, AssertionError, TypeError, ValueError))
 
 
 def header(headers: Headers, name: str) -> str | None:
@@ -104,9 +109,7 @@ def dead_letter_stub(value: bytes | None, headers: Headers, refusal: BaseExcepti
         if isinstance(refusal, _TOO_LARGE)
         else DeadLetterReason.DLQ_REFUSED
     )
-    kept = [
-        (k, v[:STUB_HEADER_BYTES] if v is not None else None) for k, v in headers if k not in {REASON, ERROR}
-    ]
+    kept = _bounded([(k, v) for k, v in headers if k not in {REASON, ERROR}])
     kept += [
         (REASON, reason.value.encode()),
         (ERROR, f"{type(refusal).__name__}: {refusal}"[:MAX_ERROR_CHARS].encode("utf-8", "replace")),
@@ -117,6 +120,19 @@ def dead_letter_stub(value: bytes | None, headers: Headers, refusal: BaseExcepti
         (STUB, b"1"),
     ]
     return json.dumps(body).encode(), kept
+
+
+def _bounded(headers: Headers) -> Headers:
+    """The headers in order, each value cut, up to the stub's total; how many were left out is said."""
+    kept: Headers = []
+    size = 0
+    for name, value in headers:
+        cut = value[:STUB_HEADER_BYTES] if value is not None else None
+        size += len(name.encode("utf-8")) + len(cut or b"")
+        if size > STUB_HEADERS_TOTAL_BYTES:
+            return [*kept, ("x-dlq-headers-dropped", str(len(headers) - len(kept)).encode())]
+        kept.append((name, cut))
+    return kept
 
 
 class DeadLetterPublisher:
@@ -139,6 +155,8 @@ class DeadLetterPublisher:
 
     async def publish(self, value: bytes | None, key: bytes | None, headers: Headers) -> None:
         """Returns once the broker has acknowledged the message, so the source offset may be committed."""
+        if key is None and value is None:
+            key, headers = b"", [*headers, (NULL_KEY, b"1")]
         await self._producer.send_and_wait(self.topic, value, key=key, headers=headers)
 
     async def ping(self, timeout_s: float) -> bool:

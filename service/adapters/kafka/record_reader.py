@@ -28,12 +28,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiokafka.consumer import fetcher
-from aiokafka.record.default_records import _DefaultRecordBatchPy
+from aiokafka.record.default_records import DefaultRecordBatch, _DefaultRecordBatchPy
+from aiokafka.record.legacy_records import LegacyRecordBatch
 from aiokafka.record.memory_records import MemoryRecords
 from aiokafka.record.util import decode_varint
 
 UNDECODABLE = "\ud800undecodable-record"
-_LOG_OVERHEAD = 12  # base offset (int64) + batch length (int32), the same in every message format
+# The framing every message format shares: base offset (int64), length (int32), …, magic at byte 16.
+_LOG_OVERHEAD = 12
+_MAGIC_OFFSET = 16
+_MIN_BATCH = 26  # the smallest legacy message set, aiokafka's own lower bound
+_LAST_DELTA_OFFSET = 23  # v2: base offset, length, leader epoch, magic, CRC, attributes, then this
 _V2 = 2
 
 
@@ -60,41 +65,96 @@ def stub(offset: int, timestamp: int, timestamp_type: int, why: str) -> Tolerant
 
 
 class TolerantMemoryRecords:
-    """aiokafka's `MemoryRecords`, whose v2 batches fall back to `_tolerant_records` on a failure."""
+    """aiokafka's `MemoryRecords` with the same framing, whose batches never raise: a batch aiokafka
+    cannot open, or whose CRC is wrong, becomes one stub; a v2 batch that fails while its records are
+    read falls back to `_tolerant_records`."""
 
     def __init__(self, data: bytes) -> None:
-        self._data = data
-        self._records = MemoryRecords(data)
+        self._data = memoryview(data)
+        self._next: tuple[int, int] | None = None
         self._pos = 0
+        self._cache_next()
 
     def size_in_bytes(self) -> int:
-        return int(self._records.size_in_bytes())
+        return len(self._data)
 
     def has_next(self) -> bool:
-        return bool(self._records.has_next())
+        return self._next is not None
+
+    def _cache_next(self) -> None:
+        """The next whole batch's (start, end); an incomplete one at the end is left for the next fetch."""
+        self._next = None
+        if len(self._data) - self._pos < _LOG_OVERHEAD:
+            return
+        (length,) = struct.unpack_from(">i", self._data, self._pos + 8)
+        end = self._pos + _LOG_OVERHEAD + max(length, 0)
+        if end <= len(self._data):
+            self._next = (self._pos, end)
 
     def next_batch(self) -> Any:
-        batch = self._records.next_batch()
-        if batch is None:
+        if self._next is None:
             return None
-        start = self._pos
-        (length,) = struct.unpack_from(">i", self._data, start + 8)
-        self._pos = start + _LOG_OVERHEAD + length
-        if batch.magic < _V2:
-            return batch  # the legacy formats have no headers; their reader is left as it is
-        return _TolerantBatch(batch, self._data[start : self._pos])
+        start, end = self._next
+        # A length too short for any batch leaves nothing after it to trust: the set ends there.
+        self._pos = end if end - start >= _MIN_BATCH else len(self._data)
+        self._cache_next()
+        raw = self._data[start:end]
+        try:
+            if len(raw) < _MIN_BATCH:
+                raise ValueError(f"{len(raw)} bytes, less than a batch's overhead")
+            magic = raw[_MAGIC_OFFSET]
+            if magic < _V2:  # no headers to decode, nothing to read leniently: a failure is a stub
+                return _TolerantBatch(LegacyRecordBatch(raw, magic), bytes(raw), lenient=False)
+            return _TolerantBatch(DefaultRecordBatch(raw), bytes(raw))
+        except Exception as exc:
+            return _UnreadableBatch(bytes(raw), f"batch unreadable: {type(exc).__name__}: {exc}")
+
+
+class _UnreadableBatch:
+    """A batch neither reader can open (or whose CRC is wrong): one stub, at its last offset, so the
+    fetcher moves past all of it however far into it it was positioned."""
+
+    producer_id = None
+    is_control_batch = False
+    is_transactional = False
+
+    def __init__(self, raw: bytes, why: str) -> None:
+        self.base_offset = struct.unpack_from(">q", raw)[0] if len(raw) >= 8 else 0
+        last_delta = -1
+        if len(raw) >= _LAST_DELTA_OFFSET + 4 and raw[_MAGIC_OFFSET] >= _V2:
+            (last_delta,) = struct.unpack_from(">i", raw, _LAST_DELTA_OFFSET)
+        self.next_offset = self.base_offset + max(last_delta, 0) + 1
+        self._why = f"offsets {self.base_offset}-{self.next_offset - 1}: {why}"
+        self._iterator = iter([stub(self.next_offset - 1, -1, 0, self._why)])
+
+    def validate_crc(self) -> bool:
+        return True
+
+    def __iter__(self) -> Iterator[TolerantRecord]:
+        return self._iterator
+
+    def __next__(self) -> TolerantRecord:
+        return next(self._iterator)
 
 
 class _TolerantBatch:
     """Delegates to aiokafka's batch; iterating it never raises."""
 
-    def __init__(self, batch: Any, raw: bytes) -> None:
+    def __init__(self, batch: Any, raw: bytes, lenient: bool = True) -> None:
         self._batch = batch
         self._raw = raw
+        self._lenient = lenient
         self._iterator: Iterator[Any] | None = None
+        self._crc_failed = False
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._batch, name)
+
+    def validate_crc(self) -> bool:
+        """A wrong CRC is not raised (the fetcher would fetch the batch again forever): the batch is
+        read as one stub instead, its records not trusted."""
+        self._crc_failed = not self._batch.validate_crc()
+        return True
 
     def __iter__(self) -> Iterator[Any]:
         return self._read()
@@ -105,15 +165,33 @@ class _TolerantBatch:
         return next(self._iterator)
 
     def _read(self) -> Iterator[Any]:
+        if self._crc_failed:
+            yield from _UnreadableBatch(self._raw, "the batch's CRC does not match its bytes")
+            return
         try:
-            yield from self._batch
+            if not self._lenient:
+                yield from self._batch  # legacy: a compressed set's wrapper carries its last offset
+                return
+            previous, last = self._batch.base_offset - 1, self._batch.next_offset - 1
+            for record in self._batch:
+                # aiokafka reads an offset delta as it comes; one outside the batch, or going back,
+                # would be skipped or repeated by the fetcher, so such a batch is read leniently.
+                if not previous < record.offset <= last:
+                    raise ValueError(f"record offset {record.offset} outside {previous + 1}-{last}")
+                previous = record.offset
+                yield record
         except Exception as exc:
             # Records already yielded come again; the fetcher skips offsets below its position.
-            yield from _tolerant_records(self._raw, f"{type(exc).__name__}: {exc}")
+            failure = f"{type(exc).__name__}: {exc}"
+            if self._lenient:
+                yield from _tolerant_records(self._raw, failure)
+            else:
+                yield from _UnreadableBatch(self._raw, failure)
 
 
 def _tolerant_records(raw: bytes, failure: str) -> Iterator[TolerantRecord]:
-    """The batch's records read leniently; what cannot be read becomes stubs."""
+    """The batch's records read leniently; what cannot be read becomes stubs. A stub standing for a
+    range of records sits at the range's last offset, so the fetcher never skips it."""
     batch = _DefaultRecordBatchPy(raw)
     first = batch.base_offset
     last = batch.next_offset - 1
@@ -121,17 +199,21 @@ def _tolerant_records(raw: bytes, failure: str) -> Iterator[TolerantRecord]:
         batch._maybe_uncompress()
     except Exception as exc:
         why = f"batch of offsets {first}-{last} unreadable: {type(exc).__name__}: {exc}"
-        yield stub(first, batch.first_timestamp, batch.timestamp_type, why)
+        yield stub(last, batch.first_timestamp, batch.timestamp_type, why)
         return
     buffer, pos = batch._buffer, batch._pos
     expected = first  # the offset a record has when no compaction removed the ones before it
     for _ in range(batch._num_records):
+        if expected > last:
+            return  # every offset of the batch is accounted for: the rest claims offsets it cannot have
         try:
             record, pos = _read_record(batch, buffer, pos, expected)
         except _Unreadable as exc:
-            yield stub(exc.offset, batch.first_timestamp, batch.timestamp_type, f"{exc.why}; {failure}")
             if exc.next_pos is None:
-                return  # its length is unknown, so the rest of the batch cannot be found
+                # Its length is unknown, so the rest of the batch cannot be found: one stub for it all.
+                yield stub(last, batch.first_timestamp, batch.timestamp_type, f"{exc.why}; {failure}")
+                return
+            yield stub(exc.offset, batch.first_timestamp, batch.timestamp_type, f"{exc.why}; {failure}")
             pos, expected = exc.next_pos, exc.offset + 1
             continue
         expected = record.offset + 1

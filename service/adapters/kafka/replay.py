@@ -16,10 +16,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 
 from service.adapters.kafka import record_reader
-from service.adapters.kafka.dead_letters import ERROR, REASON, STUB, Headers, header
+from service.adapters.kafka.dead_letters import ERROR, NULL_KEY, REASON, STUB, Headers, header
 
 COUNT = "x-replay-count"
 
@@ -38,7 +38,7 @@ class Selection:
 def replayed_headers(headers: Headers) -> Headers:
     """The original headers, without the dead-letter verdict, counting the replays."""
     count = header(headers, COUNT) or "0"
-    kept = [(k, v) for k, v in headers if k not in {REASON, ERROR, COUNT}]
+    kept = [(k, v) for k, v in headers if k not in {REASON, ERROR, COUNT, NULL_KEY}]
     return [*kept, (COUNT, str(int(count) + 1 if count.isdigit() else 1).encode())]
 
 
@@ -82,27 +82,46 @@ async def replay_dead_letters(
         await consumer.seek_to_beginning(*partitions)
         end = await consumer.end_offsets(partitions)
         pending = {tp for tp in partitions if end[tp] > 0}
+        widened: set[TopicPartition] = set()
         while pending:
             batch = await consumer.getmany(*pending, timeout_ms=1000)
+            for tp in pending - widened:
+                # Some brokers (Tansu) answer the latest offset as the last batch's base + 1; the
+                # high watermark of the first fetch says where the partition ends.
+                high = consumer.highwater(tp)
+                if high is not None:
+                    end[tp] = max(end[tp], high)
+                    widened.add(tp)
             for tp, records in batch.items():
                 for record in records:
-                    if record.offset >= end[tp]:
-                        continue
-                    report.read += 1
-                    headers = list(record.headers)
-                    if not selection.wants(headers, record.timestamp):
-                        continue
-                    if header(headers, STUB):
-                        report.stubs += 1
-                        continue
-                    report.by_reason[header(headers, REASON) or ""] += 1
-                    report.replayed += 1
-                    if not dry_run:
-                        await producer.send_and_wait(
-                            topic, record.value, key=record.key, headers=replayed_headers(headers)
-                        )
+                    if record.offset < end[tp]:
+                        await _replay_one(record, topic, producer, selection, report, dry_run)
             pending = {tp for tp in pending if await consumer.position(tp) < end[tp]}
     finally:
         await consumer.stop()
         await producer.stop()
     return report
+
+
+async def _replay_one(
+    record: ConsumerRecord[bytes, bytes],
+    topic: str,
+    producer: AIOKafkaProducer,
+    selection: Selection,
+    report: ReplayReport,
+    dry_run: bool,
+) -> None:
+    report.read += 1
+    headers = list(record.headers)
+    if not selection.wants(headers, record.timestamp):
+        return
+    if header(headers, STUB):
+        report.stubs += 1
+        return
+    report.by_reason[header(headers, REASON) or ""] += 1
+    report.replayed += 1
+    if dry_run:
+        return
+    # A record that had no key gets it back, unless it had no value either (no client sends that).
+    key = None if header(headers, NULL_KEY) and record.value is not None else record.key
+    await producer.send_and_wait(topic, record.value, key=key, headers=replayed_headers(headers))
