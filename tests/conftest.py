@@ -20,20 +20,44 @@ from tests.support.backends import Broker, session_broker
 from tests.support.processes import MariaDbDatabase
 from tests.support.scripted_llm import ScriptedLlm
 
+# Variables the suite sets itself: litellm reads its cost map from the package, and never loads a
+# `.env` (in DEV mode `import litellm` runs dotenv's upward search from its own install directory,
+# which with the venv at ./.venv reaches the repository's `.env`).
+SUITE_VARIABLES = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_MODE": "PRODUCTION"}
+# Prefixes of the variables that steer litellm and the providers' clients (organisation, project,
+# headers, base URLs, keys), and single variables that reroute or re-verify HTTP.
+FOREIGN_PREFIXES = ("OPENAI_", "ANTHROPIC_", "LITELLM_")
+FOREIGN_VARIABLES = {
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "NO_PROXY",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE",
+    "EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER",
+}
+
 
 def _hermetic_environment() -> None:
-    """No test reads the developer's `.env` or `MEMORY_*` settings: the variables that configure the
-    service go (pydantic-settings matches them in any case; the suite's own MEMORY_TEST_*, _SIM_* and
-    _FUZZ_* stay), and an empty MEMORY_ENV_FILE, inherited by every process a test starts, turns
-    the command line's dotenv file off. Done on import, before any test module is collected."""
+    """No test reads the developer's `.env` or environment: the variables that configure the service
+    go (pydantic-settings matches them in any case; the suite's own MEMORY_TEST_*, _SIM_* and _FUZZ_*
+    stay), and so do litellm's, the providers', the proxies' and the TLS trust store's, which change
+    what a model call sends or where it goes. An empty MEMORY_ENV_FILE, inherited by every process a
+    test starts, turns the command line's dotenv file off. Done on import, before any test module is
+    collected (and so before litellm is imported)."""
     settings = {f"MEMORY_{name.upper()}" for name in Settings.model_fields}
-    for name in [name for name in os.environ if name.upper() in settings]:
-        del os.environ[name]
+    for name in list(os.environ):
+        upper = name.upper()
+        if upper in settings or upper in FOREIGN_VARIABLES or upper.startswith(FOREIGN_PREFIXES):
+            del os.environ[name]
     os.environ[ENV_FILE_VARIABLE] = ""
+    os.environ.update(SUITE_VARIABLES)
+    # Loopback (the local model stubs, the broker, the database) never goes through a proxy.
+    os.environ["NO_PROXY"] = os.environ["no_proxy"] = "localhost,127.0.0.1,::1"
 
 
 _hermetic_environment()
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 # CI replays the same examples every run; local runs keep exploring new ones.
 hypothesis_settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI"):

@@ -73,8 +73,11 @@ class _Call:
 
 
 def import_litellm() -> Any:
-    """Import once, configured for a closed network (no cost-map download, no debug banners)."""
+    """Import once, configured for a closed network (no cost-map download, no debug banners). In its
+    default DEV mode litellm loads the first `.env` found upward from its install directory, which
+    with the venv inside a checkout is the repository's: PRODUCTION mode keeps that file out."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    os.environ.setdefault("LITELLM_MODE", "PRODUCTION")
     import litellm
 
     litellm.suppress_debug_info = True

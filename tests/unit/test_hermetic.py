@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -10,6 +11,7 @@ import sys
 from pathlib import Path
 
 import jwt
+import pytest
 
 from service.config import Settings
 from tests.support.processes import ROOT
@@ -27,9 +29,30 @@ EXPORTED = {
     "MEMORY_HTTP_PORT": "9998",
     "MEMORY_DEFAULT_MODEL": "openai/exported-model",
     "MEMORY_LLM_TIMEOUT_S": "1",
+    # Read by litellm and the HTTP clients rather than by the service's settings.
+    "OPENAI_ORG_ID": "org-exported",
+    "http_proxy": "http://127.0.0.1:9",
+    "HTTPS_PROXY": "http://127.0.0.1:9",
+    "LITELLM_LOCAL_MODEL_COST_MAP": "False",
 }
 # The tests a developer's walkthrough `.env` once broke, and their neighbours.
-AFFECTED = ["tests/unit/test_auth.py", "tests/unit/test_cli.py", "tests/unit/test_config.py"]
+AFFECTED = [
+    "tests/unit/test_auth.py",
+    "tests/unit/test_cli.py",
+    "tests/unit/test_config.py",
+    "tests/unit/test_litellm_requests.py",
+    "tests/unit/test_llm_failures.py",
+]
+# A module of the suite that imports litellm when collected, before any test runs.
+IMPORTS_LITELLM = """import os
+
+import litellm
+
+
+def test_importing_litellm_loaded_no_dotenv() -> None:
+    assert litellm
+    assert not {"MEMORY_JWT_SECRET", "MEMORY_HTTP_PORT"} & set(os.environ)
+"""
 
 
 def developer_shell(**extra: str) -> dict[str, str]:
@@ -37,7 +60,40 @@ def developer_shell(**extra: str) -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "MEMORY_ENV_FILE"} | extra
 
 
-def test_the_hostile_configuration_is_one_the_service_reads(tmp_path: Path) -> None:
+def checkout_with_venv(tmp_path: Path) -> tuple[Path, Path]:
+    """A checkout holding the walkthrough's `.env` and, below it, a venv's litellm (a link to this
+    one): where litellm's DEV mode looks for a `.env`."""
+    checkout = tmp_path / "checkout"
+    site = checkout / ".venv" / "lib" / "site-packages"
+    site.mkdir(parents=True)
+    spec = importlib.util.find_spec("litellm")
+    assert spec is not None and spec.origin is not None
+    (site / "litellm").symlink_to(Path(spec.origin).parent)
+    (checkout / ".env").write_text("".join(f"{k}={v}\n" for k, v in DOTENV.items()))
+    return checkout, site
+
+
+def test_the_service_importing_litellm_loads_no_dotenv(tmp_path: Path) -> None:
+    """`import_litellm()` leaves a stray `.env` beside the venv unread, outside the suite too."""
+    checkout, site = checkout_with_venv(tmp_path)
+    shell = {k: v for k, v in developer_shell().items() if not k.startswith("LITELLM_MODE")}
+    probe = "import os; from service.adapters.llm_client import import_litellm as i; l = i(); "
+    probe += "print(l.__file__, os.environ.get('MEMORY_JWT_SECRET'))"
+    out = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=checkout,
+        env=shell | {"PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout.split()
+    assert out == [str(site / "litellm" / "__init__.py"), "None"]
+
+
+def test_the_hostile_configuration_is_one_the_service_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Outside the suite the dotenv file and the variables do apply, so the next test means something."""
     (tmp_path / ".env").write_text("".join(f"{k}={v}\n" for k, v in DOTENV.items()))
     made = subprocess.run(
@@ -51,20 +107,24 @@ def test_the_hostile_configuration_is_one_the_service_reads(tmp_path: Path) -> N
     )
     assert made.returncode == 0, made.stderr
     assert jwt.decode(made.stdout.strip(), DOTENV["MEMORY_JWT_SECRET"], algorithms=["HS256"])["sub"] == "7"
-    os.environ.update(EXPORTED)
-    try:
-        assert Settings().http_port == 9998
-    finally:
-        for name in EXPORTED:
-            del os.environ[name]
+    for name, value in EXPORTED.items():
+        monkeypatch.setenv(name, value)
+    assert Settings().http_port == 9998
 
 
 def test_a_developers_env_file_and_variables_change_no_test(tmp_path: Path) -> None:
-    (tmp_path / ".env").write_text("".join(f"{k}={v}\n" for k, v in DOTENV.items()))
+    """The checkout's layout: the `.env` in the directory holding the venv, where `import litellm`
+    in its DEV mode would find it, and a collected module importing litellm."""
+    checkout, site = checkout_with_venv(tmp_path)
+    (checkout / "test_imports_litellm.py").write_text(IMPORTS_LITELLM)
     # A `make run` without a secret, live in this directory, sharing its throwaway secret.
-    (tmp_path / "data").mkdir()
+    (checkout / "data").mkdir()
     running = {"pid": os.getpid(), "jwt_secret": "running-secret-running-secret-0123456789"}
-    (tmp_path / "data" / ".dev-credentials").write_text(json.dumps(running))
+    (checkout / "data" / ".dev-credentials").write_text(json.dumps(running))
+    shell = developer_shell(**EXPORTED)
+    shell["PYTHONPATH"] = os.pathsep.join([str(site), str(ROOT)])
+    shell.pop("NO_PROXY", None)
+    shell.pop("no_proxy", None)
     run = subprocess.run(
         [
             sys.executable,
@@ -75,10 +135,11 @@ def test_a_developers_env_file_and_variables_change_no_test(tmp_path: Path) -> N
             "no:cacheprovider",
             f"--rootdir={ROOT}",
             f"--config-file={ROOT / 'pyproject.toml'}",
+            str(checkout / "test_imports_litellm.py"),  # collected first
             *(str(ROOT / path) for path in AFFECTED),
         ],
-        cwd=tmp_path,
-        env=developer_shell(**EXPORTED),
+        cwd=checkout,
+        env=shell,
         capture_output=True,
         text=True,
         timeout=300,
