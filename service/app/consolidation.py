@@ -18,7 +18,6 @@ from service.core.consolidation import (
     InvalidPlan,
     RunResult,
     Thresholds,
-    affected_groups,
     below_every_threshold,
     build_consolidation_messages,
     parse_plan,
@@ -35,7 +34,7 @@ from service.core.consolidation_ops import (
     decide,
     merged_hashes,
 )
-from service.core.model import Group, MemoryRow, Source, Status
+from service.core.model import Group, MemoryRow, Source, Status, session_groups
 from service.core.records import HistoryEntry
 
 log = structlog.get_logger(__name__)
@@ -94,13 +93,14 @@ class Consolidator:
     async def run(self, extracted: Extracted) -> list[RunResult]:
         """The three conditions of 10.3; a cooldown claimed under the user lock only when a call will
         be made; one call per group holding at least two machine-made rows."""
-        user, groups = extracted.user_id, affected_groups(extracted.project_key)
+        user, groups = extracted.user_id, session_groups(extracted.project_key)
         async with self._db.read() as uow:
             total = await uow.memories.active_count(user)
             sizes = {g: await uow.memories.active_in_group(user, g) for g in groups}
             due = await uow.accounts.consolidation_due(user)
-            skip = should_run(extracted.inserted, total, sizes, due, self._db.now(), self._limits)
-            inputs = {g: await _machine_rows(uow, user, g) for g in groups} if skip is None else {}
+            trigger = should_run(extracted.added, total, sizes, due, self._db.now(), self._limits)
+            inputs = {g: await _machine_rows(uow, user, g) for g in groups} if trigger.run else {}
+        skip = trigger.reason
         inputs = {g: rows for g, rows in inputs.items() if len(rows) >= 2}
         if skip is None and not inputs:
             skip = RunResult.SKIPPED_NOTHING_TO_MERGE

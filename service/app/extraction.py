@@ -59,13 +59,13 @@ class ModelRejected(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Extracted:
-    """What one extraction persisted; consolidation (D15) runs only when `inserted` > 0 (rows made
+    """What one extraction persisted; consolidation (D15) runs only when `added` > 0 (rows made
     ACTIVE that were not: inserts and restores)."""
 
     user_id: int
     project_key: str | None
     model: str
-    inserted: int
+    added: int
     active_after: int  # the user's ACTIVE rows when the extraction committed
 
 

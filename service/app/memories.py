@@ -30,19 +30,19 @@ from service.core.records import HistoryEntry, ItemRecord, ListFilter
 log = structlog.get_logger(__name__)
 
 
-class MemoryError_(Exception):
+class RuleBroken(Exception):
     """A rule the request broke; the HTTP layer maps each subclass to its status and code."""
 
 
-class NotFound(MemoryError_):
+class NotFound(RuleBroken):
     """No such memory for this user: another user's memory is indistinguishable from none (D4)."""
 
 
-class Duplicate(MemoryError_):
+class Duplicate(RuleBroken):
     """MEMORY_CONTENT_DUPLICATE: the user already has this content in this scope."""
 
 
-class LimitExceeded(MemoryError_):
+class LimitExceeded(RuleBroken):
     """MEMORY_LIMIT_EXCEEDED: the user already has 200 ACTIVE memories (D7)."""
 
 

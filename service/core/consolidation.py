@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from service.core.extraction_answer import answer_list
-from service.core.model import MAX_EXTRACTED_CONTENT_CHARS, USER_GROUP, Group, MemoryRow, Scope
+from service.core.model import MAX_EXTRACTED_CONTENT_CHARS, Group, MemoryRow, Scope
 from service.core.normalize import clean_content
 from service.core.prompt_blocks import BLOCK_BREAK, json_line, rows_block
 
@@ -39,35 +39,41 @@ class Thresholds:
         return self.user_target if group.scope is Scope.USER else self.project_target
 
 
-def affected_groups(project_key: str | None) -> list[Group]:
-    """The groups an extraction can write to: the USER group and the session's project group."""
-    return [USER_GROUP, *([Group(Scope.PROJECT, project_key)] if project_key else [])]
-
-
 def below_every_threshold(active_total: int, limits: Thresholds) -> bool:
     """No group can be over its target, nor the total over its own, when the total is at most the
     smallest of them: 10.3's threshold condition fails without counting each group."""
     return active_total <= min(limits.active_total, limits.user_target, limits.project_target)
 
 
+@dataclass(frozen=True, slots=True)
+class Trigger:
+    """10.3's verdict: `run`, or else `reason`, the metric label of the condition that failed."""
+
+    run: bool
+    reason: RunResult | None = None
+
+
+RUN = Trigger(run=True)
+
+
 def should_run(
-    inserted: int,
+    added: int,
     active_total: int,
     group_sizes: dict[Group, int],
     due_at: datetime | None,
     now: datetime,
     limits: Thresholds,
-) -> RunResult | None:
-    """None means run; otherwise why not. All three conditions of 10.3 must hold; `due_at` is when
-    the user's cooldown (or the back-off after a failed call) ends."""
-    if inserted <= 0:
-        return RunResult.SKIPPED_THRESHOLD  # no new information, nothing to tidy
+) -> Trigger:
+    """All three conditions of 10.3 must hold: rows `added` this round, a threshold crossed, and
+    `due_at` (when the user's cooldown, or the back-off after a failed call, ends) reached."""
+    if added <= 0:
+        return Trigger(run=False, reason=RunResult.SKIPPED_THRESHOLD)  # no new information
     over = active_total > limits.active_total or any(n > limits.target(g) for g, n in group_sizes.items())
     if not over:
-        return RunResult.SKIPPED_THRESHOLD
+        return Trigger(run=False, reason=RunResult.SKIPPED_THRESHOLD)
     if due_at is not None and now < due_at:
-        return RunResult.SKIPPED_COOLDOWN
-    return None
+        return Trigger(run=False, reason=RunResult.SKIPPED_COOLDOWN)
+    return RUN
 
 
 GROUP = "Group:"

@@ -66,9 +66,10 @@ class Group:
 USER_GROUP = Group(Scope.USER, "")
 
 
-def session_groups(project_key: str | None) -> set[Group]:
-    """The groups an extraction works on: the USER group, and the session's project if it has one."""
-    return {USER_GROUP, Group(Scope.PROJECT, project_key)} if project_key else {USER_GROUP}
+def session_groups(project_key: str | None) -> tuple[Group, ...]:
+    """The groups an extraction works on (and consolidation tidies after it, in this order): the
+    USER group, and the session's project if it has one."""
+    return (USER_GROUP, Group(Scope.PROJECT, project_key)) if project_key else (USER_GROUP,)
 
 
 @dataclass(frozen=True, slots=True)

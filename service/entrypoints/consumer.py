@@ -151,7 +151,7 @@ class EventProcessor:
             )
         elif outcome is not Outcome.DEAD_LETTERED:  # a dead letter has its own line
             self._log_skip(received, outcome, elapsed)
-        if extracted is not None and extracted.inserted and self._after_commit is not None:
+        if extracted is not None and extracted.added and self._after_commit is not None:
             self._after_commit(extracted)
 
     def _log_skip(self, received: Received, outcome: Outcome, elapsed: float) -> None:

@@ -36,8 +36,8 @@ def consolidator(mysql_db: Database, llm_client: LlmClient, metrics: Metrics) ->
     return Consolidator(mysql_db, llm_client, metrics, Thresholds())
 
 
-def extracted(user_id: int, project_key: str | None = None, inserted: int = 1) -> Extracted:
-    return Extracted(user_id, project_key, MODEL, inserted, active_after=MAX_ACTIVE_PER_USER)
+def extracted(user_id: int, project_key: str | None = None, added: int = 1) -> Extracted:
+    return Extracted(user_id, project_key, MODEL, added, active_after=MAX_ACTIVE_PER_USER)
 
 
 async def pool(db: Database, user_id: int, marker: str, count: int = 40) -> list[int]:
@@ -52,7 +52,7 @@ async def test_no_call_when_a_condition_fails(
     await pool(mysql_db, user_id, marker, count=20)
     assert await consolidator.run(extracted(user_id)) == [RunResult.SKIPPED_THRESHOLD]  # 20 ≤ 30 and ≤ 150
     await pool(mysql_db, user_id, f"{marker}b", count=20)
-    assert await consolidator.run(extracted(user_id, inserted=0)) == [RunResult.SKIPPED_THRESHOLD]
+    assert await consolidator.run(extracted(user_id, added=0)) == [RunResult.SKIPPED_THRESHOLD]
     async with mysql_db.locked_user(user_id) as uow:
         await uow.accounts.set_consolidation_due(user_id, mysql_db.now() + timedelta(hours=1))
         await uow.commit()
@@ -245,11 +245,11 @@ async def test_a_pool_within_every_threshold_is_not_even_counted(
 
     skipped, crashed = count(RunResult.SKIPPED_THRESHOLD), count(RunResult.ABANDONED_ERROR)
     try:
-        consolidator.schedule(Extracted(7, None, MODEL, inserted=1, active_after=30))
+        consolidator.schedule(Extracted(7, None, MODEL, added=1, active_after=30))
         await consolidator.close(5)
         assert count(RunResult.SKIPPED_THRESHOLD) == skipped + 1
         assert count(RunResult.ABANDONED_ERROR) == crashed
-        consolidator.schedule(Extracted(7, None, MODEL, inserted=1, active_after=31))
+        consolidator.schedule(Extracted(7, None, MODEL, added=1, active_after=31))
         await consolidator.close(5)
         assert count(RunResult.ABANDONED_ERROR) == crashed + 1  # it went to the (unreachable) database
     finally:

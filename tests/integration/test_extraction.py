@@ -30,7 +30,7 @@ async def test_new_fact_is_inserted_with_its_origin_and_history(
 
     outcome, extracted = await make_handler(any_db).handle(event)
 
-    assert outcome is Outcome.EXTRACTED and extracted is not None and extracted.inserted == 1
+    assert outcome is Outcome.EXTRACTED and extracted is not None and extracted.added == 1
     [item] = await items(any_db, user_id)
     assert (item.scope, item.content, item.source, item.status, item.origin_session_id) == (
         "USER",

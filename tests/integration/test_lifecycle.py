@@ -48,8 +48,8 @@ def shown(llm: ScriptedLlm, user_id: int) -> dict[str, Any]:
     return llm.calls(f"m{user_id}")[-1].data
 
 
-def extracted(user_id: int, inserted: int = 1) -> Extracted:
-    return Extracted(user_id, None, MODEL, inserted, active_after=200)
+def extracted(user_id: int, added: int = 1) -> Extracted:
+    return Extracted(user_id, None, MODEL, added, active_after=200)
 
 
 # 1. Merged rows stay in the lifecycle.

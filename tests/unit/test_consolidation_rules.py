@@ -26,18 +26,20 @@ ALIASES = {1: 101, 2: 102, 3: 103, 4: 104}
 
 
 def test_runs_when_all_three_conditions_hold() -> None:
-    assert should_run(1, 151, {USER_GROUP: 10}, None, NOW, LIMITS) is None
-    assert should_run(1, 40, {USER_GROUP: 31}, NOW - timedelta(hours=1), NOW, LIMITS) is None
-    assert should_run(1, 40, {USER_GROUP: 31}, NOW, NOW, LIMITS) is None  # due now
-    assert should_run(1, 70, {USER_GROUP: 5, MAO: 61}, None, NOW, LIMITS) is None
+    assert should_run(1, 151, {USER_GROUP: 10}, None, NOW, LIMITS).run
+    assert should_run(1, 40, {USER_GROUP: 31}, NOW - timedelta(hours=1), NOW, LIMITS).run
+    assert should_run(1, 40, {USER_GROUP: 31}, NOW, NOW, LIMITS).run  # due now
+    assert should_run(1, 70, {USER_GROUP: 5, MAO: 61}, None, NOW, LIMITS).run
 
 
 def test_no_new_candidate_no_run() -> None:
-    assert should_run(0, 199, {USER_GROUP: 199}, None, NOW, LIMITS) is RunResult.SKIPPED_THRESHOLD
+    assert should_run(0, 199, {USER_GROUP: 199}, None, NOW, LIMITS).reason is RunResult.SKIPPED_THRESHOLD
 
 
 def test_under_every_threshold_no_run() -> None:
-    assert should_run(3, 150, {USER_GROUP: 30, MAO: 60}, None, NOW, LIMITS) is RunResult.SKIPPED_THRESHOLD
+    assert (
+        should_run(3, 150, {USER_GROUP: 30, MAO: 60}, None, NOW, LIMITS).reason is RunResult.SKIPPED_THRESHOLD
+    )
 
 
 def test_a_total_within_the_smallest_threshold_needs_no_group_counts() -> None:
@@ -48,7 +50,7 @@ def test_a_total_within_the_smallest_threshold_needs_no_group_counts() -> None:
 
 def test_before_the_due_time_no_run() -> None:
     assert (
-        should_run(1, 180, {USER_GROUP: 90}, NOW + timedelta(minutes=1), NOW, LIMITS)
+        should_run(1, 180, {USER_GROUP: 90}, NOW + timedelta(minutes=1), NOW, LIMITS).reason
         is RunResult.SKIPPED_COOLDOWN
     )
 
