@@ -231,10 +231,13 @@ class LlmClient:
         self._metrics.llm_prompt_chars.labels(purpose).observe(sum(len(m["content"]) for m in messages))
         endpoint = self._endpoint(model)
         try:
-            if endpoint is None:
-                reply = await self._through_litellm(call, mode)
-            else:
-                reply = await self._post(endpoint, call, mode)
+            # One deadline for the whole call: the HTTP clients time each read, and a provider
+            # sending a byte now and then would otherwise hold the call (or the breaker's probe).
+            async with asyncio.timeout(self._timeout_s):
+                if endpoint is None:
+                    reply = await self._through_litellm(call, mode)
+                else:
+                    reply = await self._post(endpoint, call, mode)
         finally:
             self._metrics.llm_latency.labels(purpose).observe(time.perf_counter() - started)
         if reply.usage is not None:

@@ -192,6 +192,23 @@ async def test_a_refused_connection_is_an_outage_retried_within_the_call(model: 
 
 
 @pytest.mark.parametrize("model", [OPENAI, ANTHROPIC])
+async def test_an_answer_dripping_a_byte_at_a_time_ends_at_the_calls_timeout(
+    llm: ScriptedLlm, model: str
+) -> None:
+    """Each byte arrives well within any read timeout; the whole answer would take about 30 s."""
+    llm.script("drip", '{"memories": []}', drip_s=0.1)
+    llm.script("warm", '{"memories": []}')
+    llm_client = client(llm, Metrics(), StructuredOutput.OFF, model=model, timeout_s=0.5)
+    await llm_client.complete("extraction", model, messages("warm"), SHAPE)  # litellm's first-call setup
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(LlmError) as failed:
+        await asyncio.wait_for(llm_client.complete("extraction", model, messages("drip"), SHAPE), 10)
+    assert (failed.value.failure, failed.value.kind) == (FailureClass.EVENT, "timeout")
+    assert asyncio.get_running_loop().time() - started < 2
+    assert len(llm.calls("drip")) == 1
+
+
+@pytest.mark.parametrize("model", [OPENAI, ANTHROPIC])
 async def test_an_answer_cut_by_the_token_cap_is_reported_as_truncated(llm: ScriptedLlm, model: str) -> None:
     llm.script("cut", '{"memories": [{"type": "user", "content": "半句', finish_reason="length")
     llm.script("whole", '{"memories": []}')

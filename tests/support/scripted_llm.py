@@ -38,6 +38,7 @@ class Rule:
     raw_body: bytes | None = None  # sent as-is instead of a chat completion (broken answers)
     truncate: bool = False  # announce the whole body, send half of it, close: a stream cut mid-answer
     reset: bool = False  # read the request, answer nothing, reset the connection
+    drip_s: float = 0.0  # send the body one byte at a time, this long apart: no read ever times out
     finish_reason: str = "stop"  # "length": the answer hit the token cap (Anthropic: "max_tokens")
     only_if: Callable[[Request], bool] | None = None  # answers only the requests this accepts
 
@@ -194,6 +195,12 @@ class ScriptedLlm:
                         self.wfile.write(payload[: len(payload) // 2])
                         self.wfile.flush()
                         self.connection.shutdown(2)
+                        return
+                    if rule is not None and rule.drip_s:
+                        for byte in payload:
+                            self.wfile.write(bytes([byte]))
+                            self.wfile.flush()
+                            time.sleep(rule.drip_s)
                         return
                     self.wfile.write(payload)
                 except (BrokenPipeError, ConnectionResetError):
