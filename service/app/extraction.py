@@ -142,14 +142,32 @@ class ExtractionHandler:
         self, event: TaskFinishedEvent, project_key: str | None
     ) -> tuple[Outcome, Extracted | None]:
         now = self._db.now()
-        async with self._slots.database, self._db.read() as uow:
-            read = await self._inputs(uow, event, project_key, now)
+        user = event.user_id
+        mark = self._budget.read_started(user)
+        try:
+            async with self._slots.database, self._db.read() as uow:
+                read = await self._inputs(uow, event, project_key, now)
+            admitted = not read.processed and self._budget.admit(user, read.recent_extractions, mark)
+        finally:
+            self._budget.read_ended(user)
         if read.processed:
             return Outcome.SKIPPED_DUPLICATE_EVENT, None
-        if not self._budget.allows(read.recent_extractions):
-            if self._budget.first_refusal(event.user_id, now):
-                log.info("extraction_budget_spent", user_id=event.user_id, per_day=self._budget.per_day)
+        if not admitted:
+            if self._budget.first_refusal(user, now):
+                log.info("extraction_budget_spent", user_id=user, per_day=self._budget.per_day)
             return Outcome.SKIPPED_BUDGET, None
+        recorded = False
+        try:
+            outcome, extracted, recorded = await self._admitted(event, project_key, read)
+        finally:
+            self._budget.finish(user, recorded)
+        return outcome, extracted
+
+    async def _admitted(
+        self, event: TaskFinishedEvent, project_key: str | None, read: ExtractionInputs
+    ) -> tuple[Outcome, Extracted | None, bool]:
+        """The model call and the writes of an event the budget admitted; the flag: whether this
+        call committed the event's ledger row."""
         model = read.configured_model or self._settings.default_model
         existing = ComparisonSet.of(read.shown, read.user_dismissed)
 
@@ -174,10 +192,11 @@ class ExtractionHandler:
             log.info("extraction_answer_dropped", event_id=event.event_id, reason=result)
         plan = await self._persist(event, project_key, model, existing, usable)
         if plan is None:
-            return Outcome.SKIPPED_DUPLICATE_EVENT, None
+            return Outcome.SKIPPED_DUPLICATE_EVENT, None, False
         if usable is None:
-            return Outcome.FAILED, None  # the model answered, but nothing usable: finished without memory
-        return Outcome.EXTRACTED, Extracted(event.user_id, project_key, model, plan.added, plan.active_after)
+            return Outcome.FAILED, None, True  # the model answered, but nothing usable: no memory
+        extracted = Extracted(event.user_id, project_key, model, plan.added, plan.active_after)
+        return Outcome.EXTRACTED, extracted, True
 
     async def _inputs(
         self, uow: UnitOfWork, event: TaskFinishedEvent, project_key: str | None, now: datetime

@@ -2,9 +2,12 @@
 account can neither run up the model bill nor starve everyone else's share of the rate limit.
 
 The window is the last 24 hours, counted over the ledger (one row per extraction the model answered),
-so a restart or another replica sees the same count and there is no midnight burst. Events already
-in flight when the count is read may pass it by as many as are in flight: the bound is a budget, not
-a lock.
+so a restart or another replica sees the same count and there is no midnight burst. Within a
+process, the extractions admitted but not yet in the ledger count too (`admit` reserves one, `finish`
+gives it back once its ledger row is committed or it failed): the read round runs before an event
+waits for a model slot, so a count read alone would let every queued event pass a spent budget.
+Replicas see each other's extractions only through the ledger, so together they may pass it by as
+many as are in flight elsewhere.
 """
 
 from __future__ import annotations
@@ -20,6 +23,42 @@ class ExtractionBudget:
     def __init__(self, per_day: int) -> None:
         self.per_day = per_day
         self._told: dict[int, datetime] = {}
+        self._running: dict[int, int] = {}  # admitted, ledger row not yet committed
+        self._reading: dict[int, int] = {}  # read rounds under way
+        self._recorded: dict[int, int] = {}  # ledger rows committed while a read round was under way
+
+    def read_started(self, user_id: int) -> int:
+        """Before the read round: a mark for `admit`, which then counts the ledger rows committed
+        during the round, which the round's count may or may not hold (counted twice at worst)."""
+        self._reading[user_id] = self._reading.get(user_id, 0) + 1
+        return self._recorded.get(user_id, 0)
+
+    def read_ended(self, user_id: int) -> None:
+        left = self._reading[user_id] - 1
+        if left:
+            self._reading[user_id] = left
+        else:
+            del self._reading[user_id]
+            self._recorded.pop(user_id, None)
+
+    def admit(self, user_id: int, recent: int, mark: int) -> bool:
+        """Reserve one extraction if it fits: the round's ledger count, the admitted ones still
+        running and the ones recorded since `mark` (from `read_started`)."""
+        running = self._running.get(user_id, 0)
+        if not self.allows(recent + running + self._recorded.get(user_id, 0) - mark):
+            return False
+        self._running[user_id] = running + 1
+        return True
+
+    def finish(self, user_id: int, recorded: bool) -> None:
+        """An admitted extraction is over; `recorded`: its ledger row is committed."""
+        left = self._running[user_id] - 1
+        if left:
+            self._running[user_id] = left
+        else:
+            del self._running[user_id]
+        if recorded and user_id in self._reading:
+            self._recorded[user_id] = self._recorded.get(user_id, 0) + 1
 
     @staticmethod
     def window_start(now: datetime) -> datetime:

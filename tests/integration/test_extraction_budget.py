@@ -3,6 +3,8 @@ and the session's negative list (`MEMORY_NEGATIVE_LIST_MAX`)."""
 
 from __future__ import annotations
 
+import asyncio
+from collections import Counter
 from datetime import timedelta
 
 from structlog.testing import capture_logs
@@ -99,3 +101,27 @@ async def test_the_negative_list_is_the_sessions_newest_dismissals_within_the_bo
         "项目 B 拒绝的事实",
         "用户拒绝的旧事实",
     ]
+
+
+async def test_events_queued_for_a_model_slot_do_not_pass_a_spent_budget(
+    any_db: Database, make_handler: HandlerFactory, llm: ScriptedLlm, user_id: int
+) -> None:
+    """Every read round of a burst runs before the first model call ends: the extractions admitted
+    but not yet in the ledger count against the budget too."""
+    await set_capture(any_db, user_id)
+    marker = f"q{user_id}"
+    llm.script(marker, [{"type": "user", "content": "报告用中文"}], delay_s=0.05)
+    handler = make_handler(any_db, slots=1, database_slots=10, extractions_per_user_per_day=2)
+    events = [
+        make_event(user_id, session, lastUserMessage=f"请记住这个长期偏好({marker}):报告用中文写。")
+        for session in range(1, 21)
+    ]
+    outcomes = Counter(outcome for outcome, _ in await asyncio.gather(*map(handler.handle, events)))
+    assert outcomes == {Outcome.EXTRACTED: 2, Outcome.SKIPPED_BUDGET: 18}
+    assert len(llm.calls(marker)) == 2
+    assert await handler.handle(
+        make_event(user_id, 21, lastUserMessage=f"请记住({marker}):报告用中文写。")
+    ) == (
+        Outcome.SKIPPED_BUDGET,
+        None,
+    )
