@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from pydantic import SecretStr
 
 from service.entrypoints import dev_credentials
@@ -62,3 +63,42 @@ def test_dev_token_ignores_a_killed_runs_file(tmp_path: Path) -> None:
     )
     assert made.returncode == 2 and "MEMORY_JWT_SECRET is not set" in made.stderr
     assert str(tmp_path / "data" / ".dev-credentials") in made.stderr
+
+
+def test_a_live_pid_without_the_runs_lock_is_not_a_run(tmp_path: Path) -> None:
+    """After a restart the dead run's pid may belong to another process: only the lock counts."""
+    path = tmp_path / ".dev-credentials"
+    path.write_text(json.dumps({"pid": os.getpid(), "jwt_secret": "dead-runs-secret"}))
+    path.chmod(0o600)
+    assert dev_credentials.running_secret(path) is None
+    with dev_credentials.shared(SECRET, path) as sharing:
+        assert sharing and dev_credentials.running_secret(path) == (os.getpid(), SECRET)
+
+
+def test_a_stale_file_is_replaced_not_written_through(tmp_path: Path) -> None:
+    """Another user's file, reached by a hard link, or a planted symbolic link gets no secret."""
+    path = tmp_path / ".dev-credentials"
+    path.write_text(json.dumps({"pid": dead_pid(), "jwt_secret": "x"}))
+    elsewhere = tmp_path / "strangers-copy"
+    os.link(path, elsewhere)
+    with dev_credentials.shared(SECRET, path) as sharing:
+        assert sharing and SECRET.get_secret_value() not in elsewhere.read_text()
+    target = tmp_path / "target"
+    path.symlink_to(target)
+    with dev_credentials.shared(SECRET, path) as sharing:
+        assert sharing and not target.exists() and not path.is_symlink()
+        assert dev_credentials.running_secret(path) == (os.getpid(), SECRET)
+
+
+def test_a_reader_trusts_only_its_own_private_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / ".dev-credentials"
+    link = tmp_path / "link"
+    link.symlink_to(path)
+    with dev_credentials.shared(SECRET, path):
+        assert dev_credentials.running_secret(link) is None
+        path.chmod(0o640)
+        assert dev_credentials.running_secret(path) is None
+        path.chmod(0o600)
+        assert dev_credentials.running_secret(path) == (os.getpid(), SECRET)
+        monkeypatch.setattr(os, "getuid", lambda: path.stat().st_uid + 1)
+        assert dev_credentials.running_secret(path) is None
