@@ -50,11 +50,13 @@ class Settings(BaseSettings):
     http_port: int = Field(default=8080, ge=0, le=65535)
     api_docs: bool = True  # the interactive API page at /docs
     # Hostile clients (docs/api.md): open connections, a request head's size and header count,
-    # and how long a connection may take to send a complete head.
+    # how long a connection may take to send a complete head, then its body, and to read answers.
     http_max_connections: int = Field(default=512, ge=1)
     http_max_header_bytes: int = Field(default=32 * 1024, ge=1024)
     http_max_headers: int = Field(default=100, ge=8)
     http_head_timeout_s: float = Field(default=10.0, gt=0)
+    http_body_timeout_s: float = Field(default=30.0, gt=0)
+    http_send_timeout_s: float = Field(default=30.0, gt=0)
 
     jwt_secret: SecretStr | None = None
     jwt_previous_secret: SecretStr | None = None  # still accepted while tokens signed with it expire

@@ -1,12 +1,14 @@
 """A bounded attack on the real service (`mao-memory api` as a child process, loopback only, at most
 50 connections at once, well under a minute): a header flood, slowly trickled heads, idle
-connections and one connection too many. It records the server's resident memory before, at its
+connections, slowly trickled bodies, heads promising a body that never comes, pipelined requests
+never read, and one connection too many. It records the server's resident memory before, at its
 peak and after, and how fast each connection was ended, in tests/output/http-attack.json."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -17,6 +19,7 @@ import httpx
 import pytest
 
 from service.adapters.db.engine import upgrade_schema
+from service.entrypoints.http.server import PIPELINE_DEPTH
 from tests.support.live_http import Answer, read_answer
 from tests.support.processes import OUTPUT, ServiceProcess
 
@@ -28,6 +31,11 @@ TRICKLERS = 15
 IDLERS = 15
 MAX_CONNECTIONS = 40  # the phase over the limit holds this many and opens 10 more
 HEAD_TIMEOUT_S = 10.0  # the default
+BODY_TIMEOUT_S = 10.0  # a third of the default, to keep the attack short
+SLOW_BODIES = 20  # half with a Content-Length, half chunked
+SILENT_BODIES = 5
+PIPELINERS = 10
+PIPELINED_BYTES = 1024 * 1024  # of GET /healthz, in one go, never read
 MiB = 1024 * 1024
 
 
@@ -67,6 +75,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]
     env = {
         "MEMORY_DATABASE_URL": url,
         "MEMORY_HTTP_MAX_CONNECTIONS": str(MAX_CONNECTIONS),
+        "MEMORY_HTTP_BODY_TIMEOUT_S": str(BODY_TIMEOUT_S),
         "MEMORY_LOG_LEVEL": "ERROR",
     }
     process = ServiceProcess("api", env, name="http-attack").start()
@@ -127,6 +136,56 @@ async def idle(port: int) -> Answer:
     return answer
 
 
+async def slow_body(port: int, chunked: bool) -> Answer:
+    """A complete head, then its body one byte (or one 1-byte chunk) every half second."""
+    reader, writer = await connect(port)
+    framing = b"Transfer-Encoding: chunked" if chunked else b"Content-Length: 1000"
+    writer.write(b"POST /api/v1/memory HTTP/1.1\r\nHost: 127.0.0.1\r\n" + framing + b"\r\n\r\n")
+
+    async def send() -> None:
+        while True:
+            await asyncio.sleep(0.5)
+            writer.write(b"1\r\n \r\n" if chunked else b" ")
+            await writer.drain()
+
+    sender = asyncio.create_task(send())
+    answer = await read_answer(reader, wait_s=BODY_TIMEOUT_S + 10)
+    sender.cancel()
+    await asyncio.gather(sender, return_exceptions=True)
+    writer.close()
+    return answer
+
+
+async def silent_body(port: int) -> Answer:
+    """A head promising a body that never comes."""
+    reader, writer = await connect(port)
+    writer.write(b"POST /api/v1/console/session HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 10\r\n\r\n")
+    answer = await read_answer(reader, wait_s=BODY_TIMEOUT_S + 10)
+    writer.close()
+    return answer
+
+
+async def pipeliner(port: int) -> Answer:
+    """A megabyte of pipelined requests in one go, then nothing read for three seconds."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    started = time.monotonic()
+    await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
+    reader, writer = await asyncio.open_connection(sock=sock)
+    request = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    try:
+        writer.write(request * (PIPELINED_BYTES // len(request)))
+        await writer.drain()
+    except ConnectionError:
+        pass
+    await asyncio.sleep(3)
+    answer = await read_answer(reader, wait_s=5)
+    answer.after_s = time.monotonic() - started
+    writer.close()
+    return answer
+
+
 def summary(answers: list[Answer]) -> dict[str, Any]:
     return {
         "connections": len(answers),
@@ -162,6 +221,21 @@ async def test_a_bounded_attack_is_refused_and_memory_returns_to_its_baseline(
         report["idle"] = summary(stalled[TRICKLERS:])
         report["served_during_slow_heads"] = served_meanwhile
 
+        bodies = asyncio.gather(
+            *(slow_body(port, chunked=i % 2 == 1) for i in range(SLOW_BODIES)),
+            *(silent_body(port) for _ in range(SILENT_BODIES)),
+            *(pipeliner(port) for _ in range(PIPELINERS)),
+        )
+        await asyncio.sleep(1)
+        served_during_bodies = (await client.get("/healthz")).status_code
+        late = await bodies
+        report["slow_bodies"] = summary(late[:SLOW_BODIES])
+        report["silent_bodies"] = summary(late[SLOW_BODIES : SLOW_BODIES + SILENT_BODIES])
+        pipelined = late[SLOW_BODIES + SILENT_BODIES :]
+        report["pipelined"] = summary(pipelined)
+        report["pipelined"]["answered"] = sum(a.body.count(b"HTTP/1.1 ") + 1 for a in pipelined)
+        report["served_during_slow_bodies"] = served_during_bodies
+
         held = [await connect(port) for _ in range(MAX_CONNECTIONS)]
         await asyncio.sleep(0.2)
         extra = [await connect(port) for _ in range(50 - MAX_CONNECTIONS)]
@@ -186,7 +260,15 @@ async def test_a_bounded_attack_is_refused_and_memory_returns_to_its_baseline(
         assert report[phase]["closed"] == report[phase]["connections"]
         assert report[phase]["statuses"] == ["None"]  # closed without an answer
         assert report[phase]["slowest_close_s"] < HEAD_TIMEOUT_S + 3
+    for phase in ("slow_bodies", "silent_bodies"):
+        assert report[phase]["closed"] == report[phase]["connections"]
+        assert report[phase]["statuses"] == ["408"]
+        assert report[phase]["slowest_close_s"] < BODY_TIMEOUT_S + 3
+    assert report["pipelined"]["closed"] == PIPELINERS
+    assert report["pipelined"]["answered"] <= PIPELINERS * (1 + PIPELINE_DEPTH + 1)
+    assert all(a.body.endswith(b'"too many pipelined requests", "data": null}') for a in pipelined)
     assert report["served_during_slow_heads"] == 200 and report["served_after"] == 200
+    assert report["served_during_slow_bodies"] == 200
     assert report["over_the_limit"]["statuses"] == ["503"]
     assert report["over_the_limit"]["closed"] == 50 - MAX_CONNECTIONS
     assert sampler.peak - baseline < 32 * MiB

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -24,8 +25,12 @@ class _Server(uvicorn.Server):
 
 
 @asynccontextmanager
-async def live_server(settings: Settings, mode: Mode = Mode.API) -> AsyncIterator[int]:
-    """Serves `settings`' app on a free port of 127.0.0.1 and yields the port."""
+async def live_server(
+    settings: Settings, mode: Mode = Mode.API, send_buffer: int | None = None
+) -> AsyncIterator[int]:
+    """Serves `settings`' app on a free port of 127.0.0.1 and yields the port. `send_buffer` sets the
+    kernel's send buffer of every accepted connection (they inherit the listener's), so that a
+    client that stops reading fills the server's own buffer within a few answers."""
     settings = settings.model_copy(update={"http_host": "127.0.0.1", "http_port": free_port()})
     container = build_container(settings)
     server = _Server(server_config(build_http(container, mode), settings))
@@ -35,6 +40,10 @@ async def live_server(settings: Settings, mode: Mode = Mode.API) -> AsyncIterato
             if task.done():
                 task.result()
             await asyncio.sleep(0.01)
+        if send_buffer is not None:
+            for listener in server.servers:
+                for sock in listener.sockets:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
         yield settings.http_port
     finally:
         server.should_exit = True

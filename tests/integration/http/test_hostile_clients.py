@@ -1,10 +1,13 @@
 """The HTTP server against hostile clients, on the real uvicorn configuration over raw sockets:
-header limits, the head timeout, the connection limit, redirects and duplicated credentials."""
+header limits, the head, body and send timeouts, pipelining, trailers, the connection limit,
+redirects and duplicated credentials."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
+import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -12,12 +15,15 @@ import pytest
 
 from service.adapters.db.engine import upgrade_schema
 from service.config import Settings
-from service.entrypoints.http.server import KEEP_ALIVE_S
+from service.entrypoints.http.server import KEEP_ALIVE_S, PIPELINE_DEPTH
 from tests.support.live_http import exchange, live_server, read_answer
 from tests.support.tokens import INTERNAL, SECRET, token
 
 HEAD_TIMEOUT_S = 0.5
+BODY_TIMEOUT_S = 0.5
+SEND_TIMEOUT_S = 0.5
 MAX_CONNECTIONS = 4
+MAX_HEAD_BYTES = 8192
 
 
 @pytest.fixture
@@ -30,11 +36,13 @@ async def port(tmp_path: Path) -> AsyncIterator[int]:
         jwt_secret=SECRET,
         internal_token=INTERNAL,
         http_head_timeout_s=HEAD_TIMEOUT_S,
+        http_body_timeout_s=BODY_TIMEOUT_S,
+        http_send_timeout_s=SEND_TIMEOUT_S,
         http_max_connections=MAX_CONNECTIONS,
-        http_max_header_bytes=8192,
+        http_max_header_bytes=MAX_HEAD_BYTES,
         http_max_headers=20,
     )
-    async with live_server(settings) as bound:
+    async with live_server(settings, send_buffer=4096) as bound:
         yield bound
 
 
@@ -173,3 +181,131 @@ async def test_the_sign_in_exchange_is_documented_as_taking_no_credentials(port:
     spec = json.loads((await exchange(port, get("/openapi.json"))).body)
     assert "security" not in spec["paths"]["/api/v1/console/session"]["post"]
     assert spec["paths"]["/api/v1/memory"]["get"]["security"] == [{"userJwt": []}]
+
+
+async def test_a_head_over_the_limit_is_refused_when_it_arrives_in_one_read(port: int) -> None:
+    answer = await exchange(port, get("/healthz", f"X-Big: {'b' * 2 * MAX_HEAD_BYTES}"))
+    assert answer.status == 431 and answer.closed and envelope_code(answer.body) == 43100
+    long_url = await exchange(port, get(f"/healthz?{'q' * 2 * MAX_HEAD_BYTES}"))
+    assert long_url.status == 431
+
+
+def post_head(path: str, framing: str) -> bytes:
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n{framing}\r\n\r\n"
+    ).encode()
+
+
+@pytest.mark.parametrize(
+    ("framing", "trickle"),
+    [
+        ("Content-Length: 1000", b" "),  # promised, never sent in full
+        ("Transfer-Encoding: chunked", b"1\r\n \r\n"),  # chunks that never end
+        ("Content-Length: 10", b""),  # the head, then silence
+    ],
+)
+@pytest.mark.parametrize("path", ["/api/v1/console/session", "/healthz"])
+async def test_a_body_slower_than_the_body_timeout_gets_408_and_the_connection_closed(
+    port: int, framing: str, trickle: bytes, path: str
+) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(post_head(path, framing))
+
+    async def send() -> None:
+        while trickle:
+            await asyncio.sleep(BODY_TIMEOUT_S / 5)
+            writer.write(trickle)
+            await writer.drain()
+
+    sender = asyncio.create_task(send())
+    answer = await read_answer(reader, wait_s=10 * BODY_TIMEOUT_S)
+    sender.cancel()
+    await asyncio.gather(sender, return_exceptions=True)
+    writer.close()
+    assert answer.status == 408 and answer.closed and envelope_code(answer.body) == 40800
+    assert BODY_TIMEOUT_S * 0.8 <= answer.after_s < BODY_TIMEOUT_S * 4
+
+
+async def test_a_slow_body_after_an_answer_is_cut_at_the_body_timeout(port: int) -> None:
+    """A GET answers without reading its body: the connection still ends when the body is late."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\n")
+    answer = await read_answer(reader, wait_s=10 * BODY_TIMEOUT_S)
+    writer.close()
+    assert answer.status == 200 and answer.closed
+    assert answer.after_s < BODY_TIMEOUT_S * 4
+
+
+async def test_a_client_that_never_reads_its_answers_is_dropped_after_the_send_timeout(port: int) -> None:
+    """Pipelined answers (within the pipeline depth) pile up in the server's buffer: the connection
+    is dropped once the buffer has stayed full for the send timeout."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
+    reader, writer = await asyncio.open_connection(sock=sock)
+    writer.write(b"GET /openapi.json HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" * PIPELINE_DEPTH)
+    await writer.drain()
+    await asyncio.sleep(10 * SEND_TIMEOUT_S)  # read nothing meanwhile
+    answer = await read_answer(reader, wait_s=2)
+    writer.close()
+    assert answer.closed and answer.status == 200  # the answers sent before the drop, then the end
+    assert answer.body.count(b'"openapi"') < PIPELINE_DEPTH
+
+
+async def test_pipelined_requests_beyond_the_depth_get_503_after_the_earlier_answers(port: int) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" * 200)
+    await writer.drain()
+    answer = await read_answer(reader, wait_s=5)
+    writer.close()
+    # The first answer's head is parsed; its body runs on through every later answer.
+    later = [int(status) for status in re.findall(rb"HTTP/1\.1 (\d{3}) ", answer.body)]
+    assert answer.status == 200 and answer.closed and answer.after_s < 3
+    assert [answer.status, *later] == [200] * (1 + PIPELINE_DEPTH) + [503]
+    assert answer.body.endswith(b'"too many pipelined requests", "data": null}')
+
+
+def chunked_post(path: str, body: bytes, trailer: bytes, *headers: str) -> bytes:
+    head = [
+        f"POST {path} HTTP/1.1",
+        "Host: 127.0.0.1",
+        "Connection: close",
+        "Transfer-Encoding: chunked",
+        *headers,
+    ]
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + b"%x\r\n%s\r\n0\r\n%s\r\n" % (len(body), body, trailer)
+
+
+async def test_a_trailer_field_is_never_taken_as_a_header(port: int) -> None:
+    body = json.dumps({"scope": "USER", "content": "只在尾部的凭据"}).encode()
+    trailer = f"Authorization: Bearer {token(42)}\r\n".encode()
+    answer = await exchange(
+        port, chunked_post("/api/v1/memory", body, trailer, "Content-Type: application/json")
+    )
+    assert answer.status == 401 and envelope_code(answer.body) == 40100
+    typed = await exchange(
+        port,
+        chunked_post(
+            "/api/v1/memory",
+            body,
+            b"Content-Type: text/plain\r\n",
+            "Content-Type: application/json",
+            f"Authorization: Bearer {token(42)}",
+        ),
+    )
+    assert typed.status == 201
+
+
+async def test_an_endless_trailer_gets_413_and_the_connection_closed(port: int) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(post_head("/api/v1/console/session", "Transfer-Encoding: chunked") + b"0\r\nX-Trailer: ")
+    try:
+        for _ in range(64):  # up to 4 MiB, never finished
+            writer.write(b"t" * 65536)
+            await writer.drain()
+    except ConnectionError:
+        pass  # refused and closed while still sending
+    answer = await read_answer(reader)
+    writer.close()
+    assert answer.status == 413 and answer.closed and envelope_code(answer.body) == 41300
