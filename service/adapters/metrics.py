@@ -12,7 +12,16 @@ from prometheus_client import (
 )
 
 from service.core.consolidation import RunResult
-from service.core.labels import DeadLetterReason
+from service.core.labels import (
+    ConsolidatedOp,
+    DeadLetterReason,
+    LlmPurpose,
+    LlmResult,
+    ProcessingPath,
+    RetentionKind,
+    RetentionResult,
+    TokenKind,
+)
 from service.core.model import Action
 from service.core.outcomes import Outcome
 from service.core.persist_plan import Result
@@ -177,35 +186,26 @@ class Metrics:
                 self.candidates.labels(action.value, candidate_result.value)
         for run_result in RunResult:
             self.consolidations.labels(run_result.value)
-        for op in ("merged", "dropped"):
+        for op in ConsolidatedOp:
             self.consolidated_rows.labels(op)
         for reason in DeadLetterReason:
             self.dead_letters.labels(reason.value)
-        for path in ("llm", "skip"):
+        for path in ProcessingPath:
             self.processing_latency.labels(path)
-        for kind in ("ledger_expired", "touches_folded", "deleted_memory_history"):
+        for kind in RetentionKind:
             self.retention_removed.labels(kind)
-        for retention_result in ("ok", "error"):
+        for retention_result in RetentionResult:
             self.retention_runs.labels(retention_result)
 
     def _initialize_llm_series(self) -> None:
-        for purpose in ("extraction", "consolidation"):
-            for result in (
-                "ok",
-                "timeout",
-                "error",
-                "rejected",
-                "unavailable",
-                "invalid_json",
-                "too_many_items",
-                "truncated",
-            ):
+        for purpose in LlmPurpose:
+            for result in LlmResult:
                 self.llm_calls.labels(purpose, result)
             self.llm_latency.labels(purpose)
             self.llm_cost.labels(purpose)
             self.llm_prompt_chars.labels(purpose)
             self.llm_retries.labels(purpose)
-            for kind in ("prompt", "completion", "cache_read", "cache_write"):
-                self.llm_tokens.labels(purpose, kind)
+            for token_kind in TokenKind:
+                self.llm_tokens.labels(purpose, token_kind)
         for weaker in (("json_schema", "json_object"), ("json_object", "off")):
             self.llm_mode_fallbacks.labels(*weaker)

@@ -34,6 +34,7 @@ from service.core.consolidation_ops import (
     decide,
     merged_hashes,
 )
+from service.core.labels import ConsolidatedOp, LlmPurpose, LlmResult
 from service.core.model import Group, MemoryRow, Source, Status, session_groups
 from service.core.records import HistoryEntry
 
@@ -137,7 +138,12 @@ class Consolidator:
         try:
             # Never waits for a closed breaker: an outage makes this run fail and back off instead.
             answer = await self._llm.complete(
-                "consolidation", model, messages, self._shape, wait=False, caller=("consolidation", user)
+                LlmPurpose.CONSOLIDATION,
+                model,
+                messages,
+                self._shape,
+                wait=False,
+                caller=("consolidation", user),
             )
         except LlmError as exc:
             log.warning("consolidation_llm_failed", user_id=user, group=str(group), error=str(exc))
@@ -150,10 +156,10 @@ class Consolidator:
         try:
             plan = parse_plan(answer, aliases)
         except InvalidPlan as exc:
-            self._metrics.llm_calls.labels("consolidation", "invalid_json").inc()
+            self._metrics.llm_calls.labels(LlmPurpose.CONSOLIDATION, LlmResult.INVALID_JSON).inc()
             log.info("consolidation_plan_invalid", user_id=user, group=str(group), reason=str(exc))
             return RunResult.ABANDONED_INVALID
-        self._metrics.llm_calls.labels("consolidation", "ok").inc()
+        self._metrics.llm_calls.labels(LlmPurpose.CONSOLIDATION, LlmResult.OK).inc()
         if plan.empty:
             return RunResult.APPLIED
         try:
@@ -186,8 +192,12 @@ class Consolidator:
             for op in ops:
                 await _write(uow, user, op, model, now)
             await uow.commit()
-        self._metrics.consolidated_rows.labels("merged").inc(sum(isinstance(op, MergeAway) for op in ops))
-        self._metrics.consolidated_rows.labels("dropped").inc(sum(isinstance(op, Drop) for op in ops))
+        self._metrics.consolidated_rows.labels(ConsolidatedOp.MERGED).inc(
+            sum(isinstance(op, MergeAway) for op in ops)
+        )
+        self._metrics.consolidated_rows.labels(ConsolidatedOp.DROPPED).inc(
+            sum(isinstance(op, Drop) for op in ops)
+        )
         return RunResult.APPLIED
 
 

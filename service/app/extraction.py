@@ -22,6 +22,7 @@ from service.core.events import TaskFinishedEvent
 from service.core.extraction_answer import AnswerError, ParsedAnswer, parse_extraction_answer
 from service.core.extraction_prompt import ANSWER_SCHEMA, build_extraction_messages
 from service.core.filters import Skip, input_skip, trigger_skip
+from service.core.labels import LlmPurpose, LlmResult
 from service.core.model import DismissedBy, Source, Status
 from service.core.outcomes import SKIP_OUTCOMES, Outcome
 from service.core.persist_plan import (
@@ -178,7 +179,7 @@ class ExtractionHandler:
         try:
             async with self._slots.model:
                 answer = await self._llm.complete(
-                    "extraction", model, messages, self._shape, caller=event.event_id
+                    LlmPurpose.EXTRACTION, model, messages, self._shape, caller=event.event_id
                 )
         except LlmError as exc:
             log.warning("extraction_llm_failed", event_id=event.event_id, kind=exc.kind, error=exc.detail)
@@ -187,7 +188,7 @@ class ExtractionHandler:
             raise ModelRejected(exc.detail) from exc
 
         usable, result = _read_answer(answer)
-        self._metrics.llm_calls.labels("extraction", result).inc()
+        self._metrics.llm_calls.labels(LlmPurpose.EXTRACTION, result).inc()
         if usable is None:
             log.info("extraction_answer_dropped", event_id=event.event_id, reason=result)
         plan = await self._persist(event, project_key, model, existing, usable)
@@ -282,12 +283,12 @@ class ExtractionHandler:
             await uow.memories.record(user, row_id, entry, now)
 
 
-def _read_answer(answer: LlmAnswer) -> tuple[ParsedAnswer | None, str]:
+def _read_answer(answer: LlmAnswer) -> tuple[ParsedAnswer | None, LlmResult]:
     """The parsed answer and its `llm_calls` result label; None when unusable. An answer cut at the
     token cap is its own result: its JSON is incomplete, and asking again would cut it again."""
     if answer.truncated:
-        return None, "truncated"
+        return None, LlmResult.TRUNCATED
     parsed = parse_extraction_answer(answer.text)
     if isinstance(parsed, AnswerError):
-        return None, parsed.value
-    return parsed, "ok"
+        return None, LlmResult(parsed.value)
+    return parsed, LlmResult.OK

@@ -21,6 +21,7 @@ import structlog
 from service.adapters.db.database import Database
 from service.adapters.db.retention_repository import RetentionRepository
 from service.adapters.metrics import Metrics
+from service.core.labels import RetentionKind, RetentionResult
 from service.core.retention import OpenRun, expired_memories, fold_touches
 
 log = structlog.get_logger(__name__)
@@ -69,10 +70,10 @@ class RetentionJob:
             await self._compact_history(now - self._horizons.deleted_history, report)
             report.rows_after = await self._row_counts()
         except Exception:
-            self._metrics.retention_runs.labels("error").inc()
+            self._metrics.retention_runs.labels(RetentionResult.ERROR).inc()
             raise
         report.duration_s = time.perf_counter() - started
-        self._metrics.retention_runs.labels("ok").inc()
+        self._metrics.retention_runs.labels(RetentionResult.OK).inc()
         self._metrics.retention_duration.set(report.duration_s)
         self._metrics.retention_longest_transaction.set(report.longest_transaction_ms / 1000)
         log.info("retention_finished", **report.as_dict())
@@ -123,7 +124,7 @@ class RetentionJob:
                 keys = await repo.expired_ledger_keys(cutoff, LEDGER_BATCH)
                 deleted = await repo.delete_ledger(keys) if keys else 0
             report.ledger_deleted += deleted
-            self._metrics.retention_removed.labels("ledger_expired").inc(deleted)
+            self._metrics.retention_removed.labels(RetentionKind.LEDGER_EXPIRED).inc(deleted)
             if len(keys) < LEDGER_BATCH:
                 return
 
@@ -156,7 +157,7 @@ class RetentionJob:
                 async with self._timed(report) as repo:
                     folded = sum([await repo.apply_fold(f) for f in folds])
                 report.touches_folded += folded
-                self._metrics.retention_removed.labels("touches_folded").inc(folded)
+                self._metrics.retention_removed.labels(RetentionKind.TOUCHES_FOLDED).inc(folded)
             if final:
                 break
             after = (page[-1].memory_id, page[-1].id)
@@ -167,7 +168,7 @@ class RetentionJob:
             async with self._timed(report) as repo:
                 purged = await repo.purge_history(user_id, gone[start : start + PURGE_CHUNK])
             report.history_purged += purged
-            self._metrics.retention_removed.labels("deleted_memory_history").inc(purged)
+            self._metrics.retention_removed.labels(RetentionKind.DELETED_MEMORY_HISTORY).inc(purged)
 
 
 async def _sleep_unless_stopped(stop: asyncio.Event, seconds: float) -> None:

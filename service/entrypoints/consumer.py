@@ -31,7 +31,7 @@ from service.adapters.metrics import Metrics
 from service.app.extraction import Extracted, ExtractionHandler, ModelRejected, ModelUnavailable
 from service.core.events import TaskFinishedEvent, Undecodable, decode_event
 from service.core.failure_budget import FailureBudget
-from service.core.labels import DeadLetterReason
+from service.core.labels import DeadLetterReason, ProcessingPath
 from service.core.outcomes import Outcome
 
 log = structlog.get_logger(__name__)
@@ -139,10 +139,10 @@ class EventProcessor:
             await self._dead_letter(record, decoded.reason, decoded.detail)
             outcome, extracted = Outcome.DEAD_LETTERED, None
         self._outcomes[outcome].inc()
-        path = "llm" if outcome in {Outcome.EXTRACTED, Outcome.FAILED} else "skip"
+        path = ProcessingPath.LLM if outcome in {Outcome.EXTRACTED, Outcome.FAILED} else ProcessingPath.SKIP
         elapsed = time.perf_counter() - started
         self._metrics.processing_latency.labels(path).observe(elapsed)
-        if path == "llm":
+        if path is ProcessingPath.LLM:
             log.info(
                 "event_processed",
                 **_coordinates(received.record, received.event),
