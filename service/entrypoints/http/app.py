@@ -9,6 +9,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import FileResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException
 
 from service.app.memories import MemoryService
 from service.entrypoints.http.admin_routes import admin_router
@@ -36,10 +37,14 @@ UNAUTHENTICATED = frozenset({"/api/v1/console/session"})
 
 
 class ConsoleFiles(StaticFiles):
-    """The console's static pages, with a policy that runs only the console's own script."""
+    """The console's static pages, with a policy that runs only the console's own script. A
+    directory without its trailing slash (`/console/.`, `/console/x/..`) is 404: Starlette would
+    redirect it to an address built from the Host header, which the client chooses."""
 
     async def get_response(self, path: str, scope: Scope) -> Response:
         response = await super().get_response(path, scope)
+        if isinstance(response, RedirectResponse):
+            raise HTTPException(status_code=404)
         response.headers["Content-Security-Policy"] = (
             "default-src 'self'; script-src 'self'; style-src 'self'; object-src 'none'; "
             "frame-ancestors 'none'"

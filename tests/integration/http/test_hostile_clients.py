@@ -15,7 +15,7 @@ import pytest
 
 from service.adapters.db.engine import upgrade_schema
 from service.config import Settings
-from service.entrypoints.http.server import KEEP_ALIVE_S, PIPELINE_DEPTH
+from service.entrypoints.http.server import KEEP_ALIVE_S, PIPELINE_DEPTH, server_config
 from tests.support.live_http import exchange, live_server, read_answer
 from tests.support.tokens import INTERNAL, SECRET, token
 
@@ -165,6 +165,23 @@ async def test_the_console_without_its_slash_redirects_relatively(port: int) -> 
     """The one redirect the service makes names no host: a forged Host header cannot steer it."""
     answer = await exchange(port, get("/console", host="evil.example"))
     assert answer.status == 308 and answer.headers["location"] == "console/"
+
+
+@pytest.mark.parametrize(
+    "path", ["/console/.", "/console/%2e", "/console/./.", "/console/x/..", "/console/..%2fconsole"]
+)
+async def test_a_console_directory_without_its_slash_is_404_not_a_redirect(port: int, path: str) -> None:
+    answer = await exchange(port, get(path, host="evil.example"))
+    assert answer.status == 404 and "location" not in answer.headers
+    assert envelope_code(answer.body) == 40400
+    assert (await exchange(port, get("/console/"))).status == 200
+
+
+def test_forwarded_headers_from_a_client_are_not_believed() -> None:
+    """uvicorn would take X-Forwarded-For and -Proto from 127.0.0.1, so a client on the host could
+    set its own address and scheme."""
+    settings = Settings(_env_file=None)  # type: ignore[call-arg]
+    assert server_config(object(), settings).proxy_headers is False
 
 
 async def test_two_authorization_headers_are_refused(port: int) -> None:
