@@ -16,6 +16,7 @@ import asyncio
 import os
 import random
 import time
+from collections import Counter
 from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
@@ -51,6 +52,11 @@ __all__ = [
     "response_format",
 ]
 
+# A mode left after 5xx answers (an outage may look like a refusal) is tried again after this long
+# or this many calls of the model, whichever comes first.
+MODE_RETRY_S = 600.0
+MODE_RETRY_CALLS = 100
+
 # Room for a reasoning model's hidden reasoning on top of the answer cap (`MEMORY_LLM_REASONING_TOKENS`).
 DEFAULT_REASONING_TOKENS = 4096
 
@@ -70,6 +76,14 @@ class _Call:
     model: str
     messages: list[dict[str, str]]
     shape: AnswerShape
+
+
+def _strength(mode: StructuredOutput) -> int:
+    """How much a mode asks of the provider: json_schema 2, json_object 1, off 0."""
+    strength = 0
+    while mode in WEAKER:
+        mode, strength = WEAKER[mode], strength + 1
+    return strength
 
 
 def import_litellm() -> Any:
@@ -114,6 +128,11 @@ class LlmClient:
         self._reasoning_tokens = reasoning_tokens
         self._modes: dict[str, StructuredOutput] = {}  # per model, for the process's life
         self._confirmed: set[tuple[str, StructuredOutput]] = set()
+        self._answered: Counter[tuple[str, StructuredOutput]] = Counter()
+        # Per model: the stronger mode left after 5xx answers, when to try it again, calls since.
+        self._retry_mode: dict[str, tuple[StructuredOutput, float, int]] = {}
+        self._mode_retry_s = MODE_RETRY_S
+        self._mode_retry_calls = MODE_RETRY_CALLS
         # Resolved once per model / per (model, token cap) / per (model, mode, token cap) / per
         # model: litellm's work is not repeated on every call.
         self._endpoints: dict[str, ChatEndpoint | None] = {}
@@ -145,7 +164,14 @@ class LlmClient:
             self._session = None
 
     def mode(self, model: str) -> StructuredOutput:
-        """The structured-output mode this model gets now; the prompt asks for the wrapper unless off."""
+        """The structured-output mode this model gets now; the prompt asks for the wrapper unless off.
+        A mode left after 5xx answers comes back once its retry time or call count is reached."""
+        retry = self._retry_mode.get(model)
+        if retry is not None:
+            stronger, since, calls = retry
+            if calls >= self._mode_retry_calls or time.monotonic() - since >= self._mode_retry_s:
+                del self._retry_mode[model]
+                self._modes[model] = stronger
         if model not in self._modes:
             chosen = self._configured
             if chosen is StructuredOutput.AUTO:
@@ -189,10 +215,18 @@ class LlmClient:
 
     async def _with_fallback(self, call: _Call) -> LlmAnswer:
         """A mode the provider refuses (a 4xx, or a 5xx that outlasts the retries) before it ever
-        answered that mode moves to the weaker one, and the weaker mode is kept only if answered."""
+        answered that mode moves to the weaker one, and the weaker mode is kept only if answered.
+
+        Concurrent calls and outages must not move the mode by chance: a mode once answered is never
+        left, a 5xx moves down only if no call was answered in that mode meanwhile, and a mode left
+        after 5xx answers is tried again later (`mode`)."""
         model = call.model
         mode = self.mode(model)
-        tried: list[StructuredOutput] = []
+        if model in self._retry_mode:
+            stronger, since, calls = self._retry_mode[model]
+            self._retry_mode[model] = (stronger, since, calls + 1)
+        answered_before = self._answered[(model, mode)]
+        tried: list[tuple[StructuredOutput, LlmError]] = []
         while True:
             try:
                 answer = await self._with_retries(call, mode)
@@ -201,12 +235,26 @@ class LlmClient:
                 weaker = WEAKER.get(mode)
                 if weaker is None or (model, mode) in self._confirmed or not refuses_mode(exc):
                     raise
-                tried.append(mode)
+                if (
+                    exc.failure is not FailureClass.REJECTED
+                    and self._answered[(model, mode)] > answered_before
+                ):
+                    raise  # the mode was answered meanwhile: an outage, not a refusal
+                tried.append((mode, exc))
                 mode = weaker
-        for refused in tried:
-            self._metrics.llm_mode_fallbacks.labels(refused.value, WEAKER[refused].value).inc()
+                answered_before = self._answered[(model, mode)]
+        self._answered[(model, mode)] += 1
         self._confirmed.add((model, mode))
-        self._modes[model] = mode
+        current = self._modes.get(model, mode)
+        if _strength(mode) >= _strength(current):
+            self._modes[model] = mode  # the same mode, or a stronger one answered again
+        elif tried and tried[0][0] is current and (model, current) not in self._confirmed:
+            for refused, _ in tried:
+                self._metrics.llm_mode_fallbacks.labels(refused.value, WEAKER[refused].value).inc()
+            self._modes[model] = mode
+            outages = [refused for refused, exc in tried if exc.failure is not FailureClass.REJECTED]
+            if outages:
+                self._retry_mode[model] = (outages[0], time.monotonic(), 0)
         return answer
 
     async def _with_retries(self, call: _Call, mode: StructuredOutput) -> LlmAnswer:

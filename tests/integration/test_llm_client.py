@@ -284,6 +284,37 @@ async def test_an_outage_on_the_first_calls_changes_no_mode(llm: ScriptedLlm) ->
     assert sent == ["json_schema"] * 3 + ["json_object"] * 3 + [None] * 3  # each mode's own retries
 
 
+async def test_a_mode_left_after_5xx_answers_is_tried_again_and_kept_once_answered(llm: ScriptedLlm) -> None:
+    """llama.cpp's server answers 503 "Loading model" while it loads: the first call walks down to
+    no structured output, and json_schema comes back after the retry count."""
+    llm.script("marker-l", status=503, times=7)
+    llm.script("marker-l", {"memories": []})
+    llm_client = client(llm, Metrics())
+    llm_client._mode_retry_calls = 2
+    for _ in range(4):
+        await llm_client.complete("extraction", "openai/gpt-4o-mini", messages("marker-l"), SHAPE)
+    sent = [(c.body.get("response_format") or {}).get("type") for c in llm.calls("marker-l")]
+    assert sent == ["json_schema"] * 3 + ["json_object"] * 3 + [None] * 4 + ["json_schema"]
+    assert llm_client.mode("openai/gpt-4o-mini") is StructuredOutput.JSON_SCHEMA
+
+
+async def test_a_late_answer_in_a_weaker_mode_never_replaces_a_confirmed_one(llm: ScriptedLlm) -> None:
+    """Two first calls: A's json_schema meets a short outage and A moves to json_object; B's
+    json_schema is answered meanwhile; A's json_object answer arrives after."""
+    llm.script("marker-a", status=503, only_if=schema_requests)
+    llm.script("marker-a", {"memories": []}, delay_s=1.0)
+    llm.script("marker-b", {"memories": []}, delay_s=0.3)
+    llm_client = client(llm, Metrics(), max_retries=1)
+    model = "openai/gpt-4o-mini"
+    await asyncio.gather(
+        llm_client.complete("extraction", model, messages("marker-a"), SHAPE, caller="a"),
+        llm_client.complete("extraction", model, messages("marker-b"), SHAPE, caller="b"),
+    )
+    sent = [(c.body.get("response_format") or {}).get("type") for c in llm.calls("marker-a")]
+    assert sent[-1] == "json_object"
+    assert llm_client.mode(model) is StructuredOutput.JSON_SCHEMA
+
+
 async def test_a_4xx_to_a_json_schema_moves_to_json_mode_at_once(llm: ScriptedLlm) -> None:
     llm.script("marker-i", status=400, only_if=schema_requests)
     llm.script("marker-i", {"memories": []})
