@@ -20,6 +20,7 @@ from service.entrypoints.http.console_routes import console_router
 from service.entrypoints.http.envelope import install_error_handlers
 from service.entrypoints.http.internal_routes import internal_router
 from service.entrypoints.http.memory_routes import memory_router
+from service.entrypoints.http.no_store import NoStore
 from service.entrypoints.http.ops import Check, ops_router
 
 if TYPE_CHECKING:
@@ -73,6 +74,7 @@ def create_app(
     )
     install_error_handlers(app)
     app.add_middleware(BodyLimit)
+    app.add_middleware(NoStore)  # outside BodyLimit: its 413 is kept out of caches too
     if include_api and settings.api_docs:
         install_api_docs(app)  # the interactive API page, unless switched off
     app.include_router(ops_router(metrics, checks))

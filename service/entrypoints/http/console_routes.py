@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from service.entrypoints.http.api_models import CamelModel
@@ -77,13 +77,12 @@ def console_router(codes: SignInCodes = SIGN_IN_CODES) -> APIRouter:
     router = APIRouter(prefix="/api/v1/console", tags=["console"], responses=error_responses(400, 401, 413))
 
     @router.post("/session", response_model=Envelope[Session])
-    async def open_session(body: SessionRequest, response: Response) -> dict[str, Any]:
+    async def open_session(body: SessionRequest) -> dict[str, Any]:
         """Exchange the one-time code of the console link `mao-memory run` prints for its token.
         No bearer token: the code is the credential, good once within ten minutes."""
         token = codes.redeem(body.code)
         if token is None:
             raise ApiError(401, REFUSED)
-        response.headers["Cache-Control"] = "no-store"
         return ok({"token": token})
 
     return router
