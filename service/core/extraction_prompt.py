@@ -9,6 +9,8 @@ from service.core.model import MAX_EXTRACTED_CONTENT_CHARS, MAX_EXTRACTED_ITEMS,
 from service.core.prompt_blocks import BLOCK_BREAK, block, json_line, one_line, rows_block
 
 DISMISSED = "Dismissed:"
+# The prefix of a dismissed fact's line: no alias, as the model may not reference it.
+DISMISSED_MARK = "-"
 USER_ROWS = "User memories:"
 PROJECT_ROWS = "Project memories:"
 CONVERSATION = "Conversation:"
@@ -21,10 +23,11 @@ Rules:
 - At most {MAX_EXTRACTED_ITEMS} items, each content at most {MAX_EXTRACTED_CONTENT_CHARS} characters, on one
   line, in the language the user wrote in.
 - The message holds blocks, each a heading line and its lines, apart by a blank line; an empty block is
-  left out. "{DISMISSED}" lists facts the user rejected, one per line: never extract those facts again, in
-  any wording. "{USER_ROWS}" and "{PROJECT_ROWS}" list the memories already stored, one per line as an
-  id, a tab and the content; a memory keeps the type of its block. "{CONVERSATION}" holds the turn as a
-  JSON object: the current project, the user's message and the assistant's reply.
+  left out. "{DISMISSED}" lists facts the user rejected, one per line as "-", a tab and the fact: never
+  extract those facts again, in any wording. "{USER_ROWS}" and "{PROJECT_ROWS}" list the memories
+  already stored, one per line as an id, a tab and the content; a memory keeps the type of its block.
+  "{CONVERSATION}" holds the turn as a JSON object: the current project, the user's message and the
+  assistant's reply.
 - For every fact choose an action: "insert" for a new fact (no existingId); "touch" when the fact is
   already stored as it is (existingId required, content may be omitted); "update" when it is stored but
   the new wording is more complete (existingId and the full new content required).
@@ -96,7 +99,7 @@ def build_extraction_messages(
         (user_rows if scope == Scope.USER else project_rows).append((alias, content))
     blocks = []
     if dismissed:
-        blocks.append(block(DISMISSED, dismissed))
+        blocks.append(rows_block(DISMISSED, ((DISMISSED_MARK, line) for line in dismissed)))
     if user_rows:
         blocks.append(rows_block(USER_ROWS, user_rows))
     if project_rows:

@@ -32,7 +32,7 @@ def prompt_data(text: str) -> dict[str, Any]:
     return {
         "project": turn["project"],
         "existing": existing,
-        "dismissed": blocks.get(e.DISMISSED, []),
+        "dismissed": [_dismissed(line) for line in blocks.get(e.DISMISSED, [])],
         "conversation": {"user": turn["user"], "assistant": turn["assistant"]},
     }
 
@@ -49,6 +49,12 @@ def _rows(lines: list[str]) -> list[dict[str, Any]]:
         assert tab, f"a row without an id: {line!r}"
         rows.append({"id": int(alias), "content": content})
     return rows
+
+
+def _dismissed(line: str) -> str:
+    mark, tab, content = line.partition("\t")
+    assert mark == e.DISMISSED_MARK and tab, f"a dismissed fact without its mark: {line!r}"
+    return content
 
 
 def _group(text: str) -> str:
