@@ -108,7 +108,8 @@ class Settings(BaseSettings):
     consolidation_retry_minutes: float = Field(default=60.0, ge=0)
 
     # Longer than the topic's retention: a ledger row must outlive every redelivery of its event.
-    retention_ledger_days: float = Field(default=30.0, gt=0)
+    # At least a day: the daily extraction budget counts the last 24 hours of ledger rows.
+    retention_ledger_days: float = Field(default=30.0, ge=1)
     retention_deleted_history_days: float = Field(default=365.0, gt=0)
     retention_interval_hours: float = Field(default=24.0, ge=0)  # 0: no periodic run in `worker`
 

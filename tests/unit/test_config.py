@@ -24,6 +24,13 @@ def test_a_model_name_longer_than_its_column_is_refused_at_start() -> None:
         settings(default_model="m" * (MAX_MODEL_NAME_CHARS + 1))
 
 
+def test_the_ledger_outlives_the_budgets_24_hour_window() -> None:
+    """The daily budget counts ledger rows of the last 24 hours: retention may not delete them."""
+    assert settings(retention_ledger_days=1).retention_ledger_days == 1
+    with pytest.raises(ValidationError, match="retention_ledger_days"):
+        settings(retention_ledger_days=0.5)
+
+
 def test_the_cli_names_the_variable_and_exits_2() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "service.entrypoints.cli", "migrate"],
