@@ -1,6 +1,6 @@
 -- wrk script for bench case 3: a random user of the seeded pool per request, with its project.
 local users = tonumber(os.getenv("BENCH_INJECT_USERS") or "10000")
-local token = os.getenv("BENCH_INTERNAL_TOKEN") or "bench-internal"
+local token = os.getenv("BENCH_INTERNAL_TOKEN") or "bench-internal-token-bench-internal-token"
 math.randomseed(os.time())
 
 request = function()

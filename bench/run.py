@@ -53,6 +53,7 @@ PARTITIONS = 12
 STEADY_EVENTS = int(os.environ.get("BENCH_STEADY_EVENTS", "1000"))
 # The worker's memory target: what `import litellm` alone takes, plus this much for the service.
 RSS_ALLOWANCE_MIB = 64
+INTERNAL_TOKEN = "bench-internal-token-bench-internal-token"  # 32 bytes at least, as the service requires
 
 
 def case(
@@ -101,7 +102,7 @@ class Bench:
             "MEMORY_MAX_IN_FLIGHT": str(in_flight),
             "MEMORY_LOG_LEVEL": "WARNING",
             "MEMORY_JWT_SECRET": "bench-secret-bench-secret-bench-secret-0123",
-            "MEMORY_INTERNAL_TOKEN": "bench-internal",
+            "MEMORY_INTERNAL_TOKEN": INTERNAL_TOKEN,
             "MEMORY_DATABASE_POOL_SIZE": "10",
             "MEMORY_RETENTION_INTERVAL_HOURS": "0",
         }
@@ -282,7 +283,7 @@ class Bench:
                 answer = await client.get(
                     "/internal/v1/memory/injection",
                     params={"userId": 7, "projectKey": "proj-7"},
-                    headers={"Authorization": "Bearer bench-internal"},
+                    headers={"Authorization": f"Bearer {INTERNAL_TOKEN}"},
                 )
             assert len(answer.json()["data"]["memories"]) == 20, answer.text
             await asyncio.to_thread(wrk, api.base_url, 3)  # warm up
@@ -376,7 +377,7 @@ def wrk(base_url: str, seconds: int) -> dict[str, float]:
         capture_output=True,
         text=True,
         check=True,
-        env={**os.environ, "BENCH_INJECT_USERS": str(INJECT_USERS), "BENCH_INTERNAL_TOKEN": "bench-internal"},
+        env={**os.environ, "BENCH_INJECT_USERS": str(INJECT_USERS), "BENCH_INTERNAL_TOKEN": INTERNAL_TOKEN},
     ).stdout
     figures = json.loads(out.split("JSON ", 1)[1].splitlines()[0])
     assert figures["errors"] == 0, out

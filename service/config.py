@@ -122,11 +122,12 @@ class Settings(BaseSettings):
             return frozenset(part.strip() for part in value.split(",") if part.strip())
         return value
 
-    @field_validator("jwt_secret", "jwt_previous_secret", mode="before")
+    @field_validator("jwt_secret", "jwt_previous_secret", "internal_token", mode="before")
     @classmethod
     def _long_secret(cls, value: object) -> object:
         """HS256 needs a key as long as its hash (RFC 7518 3.2): a short one can be brute-forced
-        from any token. Empty means unset."""
+        from any token. The internal token is guessed against the service itself, one request per
+        try: the same length keeps that out of reach. Empty means unset."""
         text = value.get_secret_value() if isinstance(value, SecretStr) else value
         if isinstance(text, str):
             if not text:

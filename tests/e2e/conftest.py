@@ -15,7 +15,7 @@ from tests.support.processes import MariaDbDatabase, ServiceProcess
 from tests.support.scripted_llm import ScriptedLlm
 
 JWT_SECRET = "e2e-jwt-secret-with-enough-entropy-0123456789"
-INTERNAL_TOKEN = "e2e-internal-token"
+INTERNAL_TOKEN = "e2e-internal-token-e2e-internal-token"
 
 
 class Topics:

@@ -7,7 +7,7 @@ import time
 import jwt
 
 SECRET = "test-jwt-secret-with-enough-entropy-0123456789"
-INTERNAL = "test-internal-token"
+INTERNAL = "test-internal-token-test-internal-token"
 
 
 def token(

@@ -108,7 +108,8 @@ def test_an_unconfigured_service_says_so_before_looking_at_the_request() -> None
     assert refusal(bare, no_header) == refusal(bare, request(signed(NEW))) == NOT_CONFIGURED
     assert refusal(bare, request("x"), internal=True) == INTERNAL_NOT_CONFIGURED
     assert refusal(auth(), no_header) == MISSING
-    assert refusal(auth(internal_token="t-1"), request("t-2"), internal=True) == "invalid internal token"
+    internal = auth(internal_token="t" * 32 + "1")
+    assert refusal(internal, request("t" * 32 + "2"), internal=True) == "invalid internal token"
 
 
 def forged(payload: bytes, secret: str = NEW) -> str:
@@ -163,18 +164,20 @@ def test_a_configured_issuer_or_audience_is_required_in_the_token() -> None:
     assert auth(jwt_issuer="", jwt_audience="").caller(request(signed(NEW))).user_id == 42  # empty: unset
 
 
-@pytest.mark.parametrize("variable", ["jwt_secret", "jwt_previous_secret"])
-def test_a_jwt_secret_shorter_than_32_bytes_is_refused(variable: str) -> None:
+@pytest.mark.parametrize("variable", ["jwt_secret", "jwt_previous_secret", "internal_token"])
+def test_a_secret_shorter_than_32_bytes_is_refused(variable: str) -> None:
+    """The internal token too: a short one is guessed against the service in a few requests."""
     with pytest.raises(ValidationError, match="at least 32 bytes"):
         Settings(_env_file=None, **{variable: "s" * 31})  # type: ignore[call-arg]
     assert Settings(_env_file=None, **{variable: "s" * 32}) is not None  # type: ignore[call-arg]
     assert getattr(Settings(_env_file=None, **{variable: ""}), variable) is None  # type: ignore[call-arg]
 
 
-def test_the_cli_refuses_a_short_jwt_secret_naming_the_variable(tmp_path: Path) -> None:
+@pytest.mark.parametrize("variable", ["MEMORY_JWT_SECRET", "MEMORY_INTERNAL_TOKEN"])
+def test_the_cli_refuses_a_short_secret_naming_the_variable(tmp_path: Path, variable: str) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "service.entrypoints.cli", "api"],
-        env={"MEMORY_JWT_SECRET": "x", "MEMORY_ENV_FILE": "", "PATH": ""},
+        env={variable: "x", "MEMORY_ENV_FILE": "", "PATH": ""},
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -182,4 +185,4 @@ def test_the_cli_refuses_a_short_jwt_secret_naming_the_variable(tmp_path: Path) 
         check=False,
     )
     assert result.returncode == 2
-    assert "MEMORY_JWT_SECRET: Value error, must be at least 32 bytes" in result.stderr
+    assert f"{variable}: Value error, must be at least 32 bytes" in result.stderr
