@@ -29,6 +29,7 @@ from service.adapters.kafka.record_reader import UNDECODABLE
 from service.adapters.llm_failures import FailureClass
 from service.adapters.metrics import Metrics
 from service.app.extraction import Extracted, ExtractionHandler, ModelRejected, ModelUnavailable
+from service.core.backoff import Backoff
 from service.core.events import TaskFinishedEvent, Undecodable, decode_event
 from service.core.failure_budget import FailureBudget
 from service.core.labels import DeadLetterReason, ProcessingPath
@@ -39,6 +40,8 @@ log = structlog.get_logger(__name__)
 MAX_EVENT_BYTES = 1024 * 1024
 MAX_BUG_ATTEMPTS = 3
 MAX_BACKOFF_S = 30.0
+# An outage is waited out without end (offsets stay put): 0.5 s, doubling, at most MAX_BACKOFF_S apart.
+OUTAGE_BACKOFF = Backoff(0.5, cap=MAX_BACKOFF_S)
 # The poll loop waits for the batch's cache warm-up at most this long; the slow path covers the rest.
 WARM_TIMEOUT_S = 1.0
 
@@ -176,7 +179,8 @@ class EventProcessor:
         """A database or model outage is waited out (offsets stay put); a request the model rejects
         goes to the DLQ at once; an event the model keeps failing on while it answers other events, and
         a bug, get a bounded number of tries, then the DLQ."""
-        delay, bug_attempts = 0.5, 0
+        waits, bug_attempts = OUTAGE_BACKOFF.delays(), 0
+        delay = next(waits)
         budget = FailureBudget(self._event_failures, self._model_successes(), self._model_failures())
         while True:
             try:
@@ -213,7 +217,7 @@ class EventProcessor:
                         await self._dead_letter(record, DeadLetterReason.PROCESSING_ERROR, detail, event)
                         return Outcome.DEAD_LETTERED, None
             await asyncio.sleep(delay)
-            delay = min(delay * 2, MAX_BACKOFF_S)
+            delay = next(waits)
 
     async def crashed(self, received: Received, error: BaseException) -> None:
         """`__call__` failed again and again on this record: a bug; the record goes to the DLQ."""
@@ -276,8 +280,9 @@ class EventProcessor:
     async def _publish_dead_letter(
         self, value: bytes | None, key: bytes | None, headers: Headers
     ) -> BaseException | None:
-        """None once published; a refusal for good is returned; anything else is retried."""
-        delay = 0.5
+        """None once published; a refusal for good is returned; anything else is retried, without end
+        (the record's offset waits for it), on OUTAGE_BACKOFF."""
+        waits = OUTAGE_BACKOFF.delays()
         while True:
             try:
                 await self._dead_letters.publish(value, key, headers)
@@ -287,6 +292,6 @@ class EventProcessor:
             except Exception as exc:
                 if refused_for_good(exc):
                     return exc
+                delay = next(waits)
                 log.warning("dlq_publish_failed", error=str(exc), delay=delay)
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, MAX_BACKOFF_S)

@@ -26,6 +26,7 @@ from aiokafka.structs import OffsetAndMetadata
 from service.adapters.kafka import record_reader
 from service.adapters.kafka.offsets import PartitionOffsets
 from service.adapters.metrics import Metrics
+from service.core.backoff import Backoff
 
 log = structlog.get_logger(__name__)
 
@@ -34,6 +35,8 @@ Item = TypeVar("Item")
 Record: TypeAlias = ConsumerRecord[bytes, bytes]
 # Tries of an item whose processing raised (a bug: `process` handles every failure it expects).
 MAX_CRASHES = 3
+# Between a crashed record's tries: 0.5 s, then 1 s (MAX_CRASHES bounds them).
+CRASH_BACKOFF = Backoff(0.5)
 
 
 class Process(Protocol[Item]):
@@ -176,7 +179,7 @@ class KeyOrderedRunner(Generic[Item]):
     async def _process_until_done(self, tp: TopicPartition, offset: int, item: Item) -> None:
         """`process` handles the failures it expects; one that escapes is a bug, tried MAX_CRASHES
         times and then handed to `process.crashed`, so one record never holds its key forever."""
-        delay = 0.5
+        waits = CRASH_BACKOFF.delays()
         for attempt in range(1, MAX_CRASHES + 1):
             try:
                 await self._process(item)
@@ -189,8 +192,7 @@ class KeyOrderedRunner(Generic[Item]):
                 )
                 error: Exception = exc
             if attempt < MAX_CRASHES:
-                await asyncio.sleep(delay)
-                delay *= 2
+                await asyncio.sleep(next(waits))
         try:
             await self._process.crashed(item, error)
         except asyncio.CancelledError:
