@@ -66,6 +66,11 @@ class CircuitBreaker:
     def state(self) -> BreakerState:
         return self._state
 
+    @property
+    def threshold(self) -> int:
+        """How many different callers failing, with no success between, make an outage."""
+        return self._threshold
+
     async def admit(self, wait: bool = True) -> Ticket | None:
         """A ticket when a call may go out now; None (only with `wait=False`) when it may not."""
         while True:

@@ -143,6 +143,9 @@ class LlmClient:
         self._session: aiohttp.ClientSession | None = None
         self._successes = 0
         self._failures = 0
+        # Per status: the callers rejected with it since the last answer (a revoked key, a retired
+        # model, a model still being pulled reject every caller alike).
+        self._rejecting: dict[int | None, set[Hashable]] = {}
 
     @property
     def successes(self) -> int:
@@ -200,18 +203,38 @@ class LlmClient:
         try:
             answer = await self._with_fallback(_Call(purpose, model, messages, shape))
         except LlmError as exc:
-            if exc.retryable:
+            error = self._systemic(exc, caller)
+            if error.retryable:
                 self._failures += 1
                 self._breaker.failed(ticket, caller)
             else:
                 self._breaker.succeeded(ticket)  # the provider answered; the request was wrong
-            raise
+            if error is exc:
+                raise
+            raise error from exc
         except BaseException:
             self._breaker.abandoned(ticket)
             raise
         self._successes += 1
+        self._rejecting.clear()
         self._breaker.succeeded(ticket)
         return answer
+
+    def _systemic(self, error: LlmError, caller: Hashable | None) -> LlmError:
+        """A rejection is the request's fault unless the same status has rejected as many different
+        callers as open the breaker, with no answer between: then it is the setting or the provider
+        (a revoked key, a retired model), and callers wait behind the breaker as in an outage
+        instead of each going to the dead-letter topic."""
+        if error.failure is not FailureClass.REJECTED:
+            return error
+        callers = self._rejecting.setdefault(error.status, set())
+        if len(callers) < self._breaker.threshold:
+            callers.add(object() if caller is None else caller)
+        if len(callers) < self._breaker.threshold:
+            return error
+        return LlmError(
+            error.kind, f"every caller rejected: {error.detail}"[:1000], FailureClass.OUTAGE, error.status
+        )
 
     async def _with_fallback(self, call: _Call) -> LlmAnswer:
         """A mode the provider refuses (a 4xx, or a 5xx that outlasts the retries) before it ever

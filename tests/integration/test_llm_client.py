@@ -334,6 +334,38 @@ async def test_a_rejection_carries_the_providers_status_and_is_not_retried(llm: 
     assert "HTTP 400" in rejected.value.detail and len(llm.calls("marker-d")) == 1
 
 
+@pytest.mark.parametrize("status", [401, 404])
+async def test_a_status_rejecting_every_caller_is_an_outage_behind_the_breaker(
+    llm: ScriptedLlm, status: int
+) -> None:
+    """A revoked key (401), a retired model or one Ollama is still pulling (404): after as many
+    different callers as open the breaker, the rejection is the provider's, not the events'."""
+    breaker = CircuitBreaker(threshold=3, open_s=5, max_open_s=10)
+    llm.script("revoked", status=status)
+    llm_client = client(llm, Metrics(), StructuredOutput.OFF, breaker=breaker)
+    classes = []
+    for n in range(6):
+        with pytest.raises(LlmError) as failed:
+            await llm_client.complete("extraction", OPENAI, messages("revoked"), SHAPE, caller=n, wait=False)
+        classes.append(failed.value.failure)
+    assert classes == [FailureClass.REJECTED] * 2 + [FailureClass.OUTAGE] * 4
+    assert breaker.state is BreakerState.OPEN
+    assert len(llm.calls("revoked")) == 5  # the last caller met the open breaker
+
+
+async def test_a_4xx_for_one_event_while_others_are_answered_stays_a_rejection(llm: ScriptedLlm) -> None:
+    breaker = CircuitBreaker(threshold=3, open_s=5, max_open_s=10)
+    llm.script("too-long", status=404)
+    llm.script("fine", {"memories": []})
+    llm_client = client(llm, Metrics(), StructuredOutput.OFF, breaker=breaker)
+    for n in range(6):
+        with pytest.raises(LlmError) as failed:
+            await llm_client.complete("extraction", OPENAI, messages("too-long"), SHAPE, caller=n)
+        assert failed.value.failure is FailureClass.REJECTED
+        await llm_client.complete("extraction", OPENAI, messages("fine"), SHAPE, caller=f"ok{n}")
+    assert breaker.state is BreakerState.CLOSED
+
+
 @pytest.mark.parametrize(
     "rule",
     [{"status": 503}, {"delay_s": 0.6}, {"raw_body": b'{"id": "c"}'}, {"status": 409}],

@@ -268,10 +268,12 @@ async def test_the_breaker_opens_only_when_different_callers_fail(
 
 async def check_breaker(server: ScriptedLlm, calls: list[tuple[int, str]]) -> None:
     """Against a model of the rule: a success or a rejection clears the failing callers, a failure
-    adds its caller, `THRESHOLD` of them open the breaker, and an open breaker sends nothing."""
+    adds its caller, `THRESHOLD` of them open the breaker, and an open breaker sends nothing. A
+    rejection that `THRESHOLD` different callers met with no answer between is an outage."""
     breaker = CircuitBreaker(threshold=THRESHOLD, open_s=60, max_open_s=60)
     client = new_client(server, OPENAI, breaker)
     failing: set[int] = set()
+    rejected: set[int] = set()  # callers rejected since the last answer: THRESHOLD of them, an outage
     try:
         for caller, name in calls:
             answer = BREAKER_ANSWERS[name]
@@ -279,7 +281,14 @@ async def check_breaker(server: ScriptedLlm, calls: list[tuple[int, str]]) -> No
             if len(failing) >= THRESHOLD:
                 assert (outcome, kind, requests) == (FailureClass.OUTAGE.value, "unavailable", 0)
                 continue
-            assert (outcome, kind) == (answer.expected, answer.kind)
+            expected_outcome = answer.expected
+            if name == "rejected":
+                rejected.add(caller)
+                if len(rejected) >= THRESHOLD:
+                    expected_outcome = FailureClass.OUTAGE.value
+            elif name == "ok":
+                rejected.clear()
+            assert (outcome, kind) == (expected_outcome, answer.kind)
             if outcome in (ANSWER, FailureClass.REJECTED.value):
                 failing.clear()
             else:
