@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import subprocess
 import sys
 import time
@@ -61,6 +64,10 @@ def test_issuer_and_audience_are_checked_when_configured() -> None:
         {"sub": "0"},
         {"sub": str(2**63)},
         {"sub": "٤٢"},
+        {"sub": "042"},  # user 42 to int(), not the canonical form
+        {"sub": "+42"},
+        {"sub": "42\n"},
+        {"sub": " 42"},
         {"permissions": "memory:read"},
         {"permissions": [1]},
     ],
@@ -122,6 +129,7 @@ def forged(payload: bytes, secret: str = NEW) -> str:
     [
         '{"sub": "42", "exp": "%(later)d"}',  # a digit string, which int() would take
         '{"sub": "42", "exp": 1000000000000000000000000000000}',
+        '{"sub": "42", "exp": 1%(zeros)s}',  # 10**400: beyond a float
         '{"sub": "42", "exp": %(far)d}',  # more than five years ahead
         '{"sub": "42", "exp": true}',
         '{"sub": "42", "exp": NaN}',
@@ -132,7 +140,7 @@ def forged(payload: bytes, secret: str = NEW) -> str:
 )
 def test_time_claims_must_be_json_numbers_within_range(payload: str) -> None:
     now = int(time.time())
-    text = payload % {"later": now + 600, "far": now + 6 * 366 * 24 * 3600}
+    text = payload % {"later": now + 600, "far": now + 6 * 366 * 24 * 3600, "zeros": "0" * 400}
     assert refusal(auth(), request(forged(text.encode()))).startswith("invalid token: exp, nbf and iat")
 
 
@@ -142,12 +150,22 @@ def test_time_claims_as_numbers_within_range_pass() -> None:
     assert auth().caller(request(fine)).user_id == 42
 
 
-def test_a_claim_given_twice_is_refused() -> None:
+def test_a_key_given_twice_in_the_payload_or_the_header_is_refused() -> None:
     later = int(time.time()) + 600
     twice = f'{{"sub": "1", "sub": "42", "exp": {later}}}'.encode()
-    assert refusal(auth(), request(forged(twice))) == "invalid token: a claim appears twice"
+    assert refusal(auth(), request(forged(twice))) == "invalid token: a key appears twice"
     nested = f'{{"sub": "42", "exp": {later}, "x": {{"a": 1, "a": 2}}}}'.encode()
-    assert refusal(auth(), request(forged(nested))) == "invalid token: a claim appears twice"
+    assert refusal(auth(), request(forged(nested))) == "invalid token: a key appears twice"
+    valid = forged(f'{{"sub": "42", "exp": {later}}}'.encode())
+    _, payload, _ = valid.split(".")
+    header = base64url('{"alg": "none", "alg": "HS256", "typ": "JWT"}')
+    signature = base64url(hmac.new(NEW.encode(), f"{header}.{payload}".encode(), hashlib.sha256).digest())
+    assert refusal(auth(), request(f"{header}.{payload}.{signature}")) == "invalid token: a key appears twice"
+
+
+def base64url(data: str | bytes) -> str:
+    raw = data.encode() if isinstance(data, str) else data
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
 
 def test_two_authorization_headers_are_refused() -> None:

@@ -5,16 +5,17 @@ from __future__ import annotations
 import hmac
 import json
 import math
+import re
 import time
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
 import jwt
 from fastapi import Depends, Request
 from jwt import exceptions as jwt_errors
 
 from service.config import Settings
-from service.core.events import BIGINT_MAX
+from service.core.events import ID_PATTERN
 from service.entrypoints.http.envelope import ApiError
 from service.entrypoints.tokens import ADMIN_PERMISSION, READ_PERMISSION
 
@@ -30,8 +31,9 @@ MAX_CLAIM_AHEAD_S = 5 * 366 * 24 * 3600
 TIME_CLAIMS = ("exp", "nbf", "iat")
 
 
-class DuplicateClaim(jwt_errors.DecodeError):
-    """A key twice in the payload: PyJWT's parser keeps the last, another parser the first."""
+class DuplicateKey(jwt_errors.DecodeError):
+    """A key twice in the header or the payload: PyJWT's parser keeps the last, another parser the
+    first (`{"alg": "none", "alg": "HS256"}` reads as `none` elsewhere)."""
 
 
 class BadClaimTime(jwt_errors.InvalidTokenError):
@@ -39,7 +41,7 @@ class BadClaimTime(jwt_errors.InvalidTokenError):
 
 
 _JWT_REASONS: list[tuple[type[jwt.PyJWTError], str]] = [
-    (DuplicateClaim, "invalid token: a claim appears twice"),
+    (DuplicateKey, "invalid token: a key appears twice"),
     (BadClaimTime, "invalid token: exp, nbf and iat must be numbers of seconds, at most 5 years ahead"),
     (jwt_errors.ExpiredSignatureError, "invalid token: expired"),
     (jwt_errors.ImmatureSignatureError, "invalid token: not valid yet"),
@@ -68,7 +70,10 @@ def claim_times_valid(claims: dict[str, object], now: float) -> bool:
         value = claims[name]
         if isinstance(value, bool) or not isinstance(value, int | float):
             return False
-        if not (math.isfinite(value) and 0 <= value <= now + MAX_CLAIM_AHEAD_S):
+        # An int is compared as it is: `isfinite` overflows on one beyond a float (10**400).
+        if isinstance(value, float) and not math.isfinite(value):
+            return False
+        if not 0 <= value <= now + MAX_CLAIM_AHEAD_S:
             return False
     return True
 
@@ -76,14 +81,29 @@ def claim_times_valid(claims: dict[str, object], now: float) -> bool:
 def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
     claims = dict(pairs)
     if len(claims) != len(pairs):
-        raise DuplicateClaim("a key appears twice in the payload")
+        raise DuplicateKey("a key appears twice")
     return claims
 
 
+class _StrictJws(jwt.PyJWS):
+    """PyJWS, refusing a JOSE header that names a key twice, before the header is used."""
+
+    def _load(self, jwt: str | bytes) -> tuple[bytes, bytes, dict[str, Any], bytes]:
+        loaded = super()._load(jwt)
+        raw = jwt.encode() if isinstance(jwt, str) else jwt
+        header = self._decode_base64url_segment(raw.split(b".", 1)[0], "header")
+        json.loads(header, object_pairs_hook=_unique_keys)
+        return loaded
+
+
 class _StrictJwt(jwt.PyJWT):
-    """PyJWT, reading the payload strictly before it checks the claims: duplicate keys refused,
-    time claims held to `claim_times_valid` (PyJWT itself calls `int()` on them, which takes
-    "1900000000" and any size)."""
+    """PyJWT, reading the header and the payload strictly before it checks the claims: duplicate
+    keys refused, time claims held to `claim_times_valid` (PyJWT itself calls `int()` on them, which
+    takes "1900000000" and any size)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._jws = _StrictJws(options=self._get_sig_options())
 
     def _decode_payload(self, decoded: dict[str, object]) -> dict[str, object]:
         try:
@@ -164,11 +184,15 @@ class Authenticator:
             raise ApiError(401, WRONG_INTERNAL)
 
 
+_USER_ID = re.compile(ID_PATTERN)
+
+
 def _user_id(sub: object) -> int:
-    text = str(sub)
-    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= BIGINT_MAX:
+    """The canonical decimal form only: "042" and "+42" name user 42 to `int()` but are not how any
+    issuer writes it, and another reader of the same token might not take them for 42."""
+    if not isinstance(sub, str) or _USER_ID.fullmatch(sub) is None:
         raise ApiError(401, 'invalid token: sub must be the user id as a string, such as "42"')
-    return int(text)
+    return int(sub)
 
 
 def _permissions(value: object) -> frozenset[str]:
