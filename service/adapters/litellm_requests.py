@@ -77,30 +77,35 @@ def model_params(
 ) -> dict[str, Any]:
     """The call's parameters before litellm maps them, the same on both paths. A model that reasons
     on every call (litellm's mapping will not send it temperature 0: gpt-5, gpt-5-mini, the
-    o-series) gets a reasoning effort (`effort`, else the lowest it takes) and `reasoning_tokens`
-    more room, since its hidden reasoning is spent inside the completion budget (never beyond the
-    model's own output limit). A parameter the model does not take is dropped by litellm
+    o-series) gets a reasoning effort (`effort`, else the lowest it takes). Every model litellm's
+    map marks `supports_reasoning` gets `reasoning_tokens` more room, since hidden reasoning is spent
+    inside the completion budget (never beyond the model's own output limit): the map cannot tell
+    the models that think by default (Gemini 2.5) from those that think only when asked (Claude),
+    and room left unused costs nothing. A parameter the model does not take is dropped by litellm
     (`drop_params`), and litellm sends the budget as `max_completion_tokens` where the model wants it."""
     plain: dict[str, Any] = {"temperature": 0, "max_tokens": answer_tokens, "drop_params": True}
     name, provider, _, _ = litellm.get_llm_provider(model=model)
+    row = _model_row(litellm, name, provider)
+    budget = answer_tokens + reasoning_tokens
+    roomy = plain | {"max_tokens": min(budget, row.get("max_output_tokens") or budget)}
+    reasons = bool(row.get("supports_reasoning"))
     if "reasoning_effort" not in (
         litellm.get_supported_openai_params(model=name, custom_llm_provider=provider) or []
     ):
-        return plain
+        return roomy if reasons else plain
     probe = litellm.get_optional_params(
         model=name, custom_llm_provider=provider, temperature=0, drop_params=True
     )
     if "temperature" in probe:
-        return plain  # reasoning off unless asked for (Claude's thinking, gpt-5.1): left off
+        return roomy if reasons else plain  # no effort: Claude's thinking, gpt-5.1's, stay off
+    return roomy | {"reasoning_effort": effort or lowest_effort(row)}
+
+
+def _model_row(litellm: Any, name: str, provider: str) -> dict[str, Any]:
     try:
-        row = dict(litellm.get_model_info(model=name, custom_llm_provider=provider))
+        return dict(litellm.get_model_info(model=name, custom_llm_provider=provider))
     except Exception:
-        row = {}  # a model outside litellm's map
-    budget = answer_tokens + reasoning_tokens
-    return plain | {
-        "max_tokens": min(budget, row.get("max_output_tokens") or budget),
-        "reasoning_effort": effort or lowest_effort(row),
-    }
+        return {}  # a model outside litellm's map
 
 
 def lowest_effort(row: dict[str, Any]) -> str:

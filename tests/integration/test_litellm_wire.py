@@ -222,24 +222,45 @@ async def test_a_reasoning_model_gets_what_it_takes_and_its_answer_parses(
     assert text == ANSWER
 
 
+@pytest.mark.parametrize("path", ["service", "acompletion"])
+async def test_a_model_able_to_reason_that_takes_temperature_gets_room_but_no_effort(
+    llm: ScriptedLlm, clients: list[LlmClient], monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """gpt-5.1 (like Gemini 2.5, which thinks unless told not to) takes temperature 0; litellm's map
+    says it can reason, not whether it does by default: it gets the room, not an effort."""
+    if path == "acompletion":
+        monkeypatch.setenv("OPENAI_CUSTOM_HEADERS", "X-Team: memory")
+    llm.script("wire-marker", ANSWER)
+    mode = StructuredOutput.JSON_SCHEMA
+    mine, text, _ = await via_service(clients, llm.api_base, "openai/gpt-5.1", mode, llm, effort="low")
+    theirs = await via_litellm(
+        llm.api_base, "openai/gpt-5.1", mode, llm, max_tokens=SHAPE.max_tokens + REASONING_TOKENS
+    )
+
+    assert mine.raw == theirs.raw
+    assert mine.body["temperature"] == 0 and "reasoning_effort" not in mine.body
+    assert mine.body["max_completion_tokens"] == SHAPE.max_tokens + REASONING_TOKENS
+    assert text == ANSWER
+
+
 @pytest.mark.parametrize(
-    "model",
+    ("model", "room"),
     [
-        "anthropic/claude-3-5-haiku-20241022",  # not in litellm's map
-        "anthropic/claude-sonnet-4-20250514",  # in the map, able to think: not made to
+        ("anthropic/claude-3-5-haiku-20241022", 0),  # not in litellm's map
+        ("anthropic/claude-sonnet-4-20250514", REASONING_TOKENS),  # able to think: not made to
     ],
 )
 async def test_an_anthropic_model_is_translated_by_litellm_both_ways(
-    llm: ScriptedLlm, clients: list[LlmClient], model: str
+    llm: ScriptedLlm, clients: list[LlmClient], model: str, room: int
 ) -> None:
     base = llm.api_base.removesuffix("/v1")  # litellm appends /v1/messages
     llm.script("wire-marker", ANSWER)
     mine, text, metrics = await via_service(clients, base, model, StructuredOutput.OFF, llm, effort="low")
-    theirs = await via_litellm(base, model, StructuredOutput.OFF, llm)
+    theirs = await via_litellm(base, model, StructuredOutput.OFF, llm, max_tokens=SHAPE.max_tokens + room)
 
     assert mine.path == "/v1/messages" and mine.raw == theirs.raw
     assert mine.body["system"][0]["text"] == MESSAGES[0]["content"]  # Anthropic's shape, not OpenAI's
-    assert mine.body["temperature"] == 0 and mine.body["max_tokens"] == SHAPE.max_tokens
+    assert mine.body["temperature"] == 0 and mine.body["max_tokens"] == SHAPE.max_tokens + room
     assert "thinking" not in mine.body
     assert text == ANSWER
     assert metrics.llm_tokens.labels("extraction", "prompt")._value.get() == 100

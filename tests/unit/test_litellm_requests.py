@@ -90,8 +90,8 @@ def test_parameters_and_body_are_litellm_mapping_and_transform() -> None:
         ("openai/o4-mini", None, {"max_completion_tokens": 512 + 4096, "reasoning_effort": "low"}),
         ("openai/o3-mini", None, {"max_completion_tokens": 512 + 4096, "reasoning_effort": "low"}),
         ("openai/gpt-5-mini", "medium", {"max_completion_tokens": 512 + 4096, "reasoning_effort": "medium"}),
-        # Reasoning off unless asked for: called as any other model, the effort setting unused.
-        ("openai/gpt-5.1", "low", {"temperature": 0, "max_completion_tokens": 512}),
+        # Reasoning off unless asked for: no effort, room for reasoning all the same.
+        ("openai/gpt-5.1", "low", {"temperature": 0, "max_completion_tokens": 512 + 4096}),
         ("openai/gpt-4o-mini", "low", {"temperature": 0, "max_tokens": 512}),
         ("openai/local-model", None, {"temperature": 0, "max_tokens": 512}),
     ],
@@ -127,10 +127,23 @@ def test_the_reasoning_budget_stays_within_the_models_output_limit(monkeypatch: 
 @pytest.mark.parametrize("model", ["anthropic/claude-sonnet-4-20250514", "anthropic/claude-haiku-4-5"])
 def test_a_claude_model_is_not_made_to_think(model: str) -> None:
     """litellm turns any reasoning effort into Claude's extended thinking, which is opt-in and
-    refuses temperature 0: Claude is called as a plain model."""
+    refuses temperature 0: Claude gets no effort, only the room every reasoning model gets."""
     assert model_params(litellm, model, 512, "low", 4096) == {
         "temperature": 0,
-        "max_tokens": 512,
+        "max_tokens": 512 + 4096,
+        "drop_params": True,
+    }
+
+
+@pytest.mark.parametrize(
+    "model", ["gemini/gemini-2.5-pro", "gemini/gemini-2.5-flash", "vertex_ai/gemini-2.5-pro"]
+)
+def test_a_model_that_thinks_by_default_gets_room_for_its_thinking(model: str) -> None:
+    """Gemini 2.5 takes temperature 0 and thinks on every call unless told not to: its thinking is
+    spent inside the completion budget, which would leave the answer cut short."""
+    assert model_params(litellm, model, 512, None, 4096) == {
+        "temperature": 0,
+        "max_tokens": 512 + 4096,
         "drop_params": True,
     }
 
