@@ -124,7 +124,9 @@ class ExtractionHandler:
             if capture is None:
                 return None
             skip = input_skip(event) if capture else Skip.CAPTURE_OFF
-        return SKIP_OUTCOMES[skip] if skip is not None else None
+        if skip is not None:
+            return SKIP_OUTCOMES[skip]
+        return self._refused(event.user_id, self._db.now())
 
     async def handle(self, event: TaskFinishedEvent) -> tuple[Outcome, Extracted | None]:
         project_key = self._settings.robot_keys.project(event.project_key)
@@ -144,6 +146,8 @@ class ExtractionHandler:
     ) -> tuple[Outcome, Extracted | None]:
         now = self._db.now()
         user = event.user_id
+        if self._refused(user, now) is not None:
+            return Outcome.SKIPPED_BUDGET, None
         mark = self._budget.read_started(user)
         try:
             async with self._slots.database, self._db.read() as uow:
@@ -154,8 +158,8 @@ class ExtractionHandler:
         if read.processed:
             return Outcome.SKIPPED_DUPLICATE_EVENT, None
         if not admitted:
-            if self._budget.first_refusal(user, now):
-                log.info("extraction_budget_spent", user_id=user, per_day=self._budget.per_day)
+            self._budget.remember_refusal(user, read.recent_extractions, read.oldest_extraction, now)
+            self._told(user, now)
             return Outcome.SKIPPED_BUDGET, None
         recorded = False
         try:
@@ -163,6 +167,17 @@ class ExtractionHandler:
         finally:
             self._budget.finish(user, recorded)
         return outcome, extracted
+
+    def _refused(self, user_id: int, now: datetime) -> Outcome | None:
+        """SKIPPED_BUDGET while a refusal read from the ledger holds: no read round for the user."""
+        if not self._budget.refused(user_id, now):
+            return None
+        self._told(user_id, now)
+        return Outcome.SKIPPED_BUDGET
+
+    def _told(self, user_id: int, now: datetime) -> None:
+        if self._budget.first_refusal(user_id, now):
+            log.info("extraction_budget_spent", user_id=user_id, per_day=self._budget.per_day)
 
     async def _admitted(
         self, event: TaskFinishedEvent, project_key: str | None, read: ExtractionInputs

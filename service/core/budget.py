@@ -26,6 +26,28 @@ class ExtractionBudget:
         self._running: dict[int, int] = {}  # admitted, ledger row not yet committed
         self._reading: dict[int, int] = {}  # read rounds under way
         self._recorded: dict[int, int] = {}  # ledger rows committed while a read round was under way
+        self._refused_until: dict[int, datetime] = {}
+
+    def refused(self, user_id: int, now: datetime) -> bool:
+        """Whether a refusal seen in the ledger still holds: the user's events are then skipped
+        without the read round's cost."""
+        until = self._refused_until.get(user_id)
+        if until is None:
+            return False
+        if now < until:
+            return True
+        del self._refused_until[user_id]
+        return False
+
+    def remember_refusal(self, user_id: int, recent: int, oldest: datetime | None, now: datetime) -> None:
+        """After a refusal the ledger alone accounts for (`recent` rows, the oldest at `oldest`), no
+        extraction fits before the oldest leaves the window; a refusal owed to extractions still in
+        flight is not remembered, as they may fail and never reach the ledger."""
+        if oldest is None or self.allows(recent):
+            return
+        if len(self._refused_until) >= _REMEMBERED:
+            self._refused_until = {u: at for u, at in self._refused_until.items() if now < at}
+        self._refused_until[user_id] = oldest + WINDOW
 
     def read_started(self, user_id: int) -> int:
         """Before the read round: a mark for `admit`, which then counts the ledger rows committed

@@ -10,6 +10,7 @@ from datetime import timedelta
 from structlog.testing import capture_logs
 
 from service.adapters.db.database import Database
+from service.app.caches import CaptureSwitch
 from service.core.model import Group, Scope, Status
 from service.core.outcomes import Outcome
 from tests.integration.conftest import HandlerFactory, make_event
@@ -125,3 +126,29 @@ async def test_events_queued_for_a_model_slot_do_not_pass_a_spent_budget(
         Outcome.SKIPPED_BUDGET,
         None,
     )
+
+
+async def test_a_refusal_is_remembered_until_the_oldest_extraction_leaves_the_window(
+    any_db: Database, clock: ManualClock, make_handler: HandlerFactory, llm: ScriptedLlm, user_id: int
+) -> None:
+    """Over budget, an event is skipped from the warm caches alone, without a read round."""
+    await set_capture(any_db, user_id)
+    marker = f"r{user_id}"
+    llm.script(marker, [{"type": "user", "content": "报告用中文"}])
+    handler = make_handler(any_db, capture=CaptureSwitch(any_db, 60), extractions_per_user_per_day=1)
+    events = iter(
+        make_event(user_id, session, lastUserMessage=f"请记住这个长期偏好({marker}):报告用中文写。")
+        for session in range(1, 100)
+    )
+    started = clock.now()
+    assert (await handler.handle(next(events)))[0] is Outcome.EXTRACTED
+    await handler.warm([user_id])
+    assert handler.outcome_without_io(next(events)) is None  # not refused yet: the ledger decides
+    clock.advance(timedelta(hours=2))
+    assert (await handler.handle(next(events)))[0] is Outcome.SKIPPED_BUDGET
+    await handler.warm([user_id])  # as the consumer does for each fetched batch
+    assert handler.outcome_without_io(next(events)) is Outcome.SKIPPED_BUDGET
+    clock.advance(started + timedelta(hours=24, seconds=1) - clock.now())
+    await handler.warm([user_id])
+    assert handler.outcome_without_io(next(events)) is None
+    assert (await handler.handle(next(events)))[0] is Outcome.EXTRACTED

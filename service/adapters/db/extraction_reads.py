@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -54,7 +55,7 @@ def _session_groups(with_project: bool) -> sa.ColumnElement[bool]:
 # carries no time (its order is by id, and a time costs the driver a conversion on every row), so a
 # row with one is a dismissal, sorted by it.
 _ROW_COLUMNS = (t.c.id, t.c.scope, t.c.project_key, t.c.content)
-_ID, _CONTENT, _UPDATED_AT = 3, 6, 7
+_ID, _SCOPE, _PROJECT_KEY, _CONTENT, _UPDATED_AT = 4, 5, 6, 7, 8
 
 
 def _read_round(with_project: bool) -> sa.Select[Any]:
@@ -74,6 +75,10 @@ def _read_round(with_project: bool) -> sa.Select[Any]:
         .where(ledger.c.user_id == USER_ID, ledger.c.processed_at >= sa.bindparam("since"))
         .scalar_subquery()
         .label("recent_extractions"),
+        sa.select(sa.func.min(ledger.c.processed_at))
+        .where(ledger.c.user_id == USER_ID, ledger.c.processed_at >= sa.bindparam("since"))
+        .scalar_subquery()
+        .label("oldest_extraction"),
     ).subquery("head")
     groups = _session_groups(with_project)
     dismissed = (
@@ -104,6 +109,7 @@ class ExtractionInputs:
     recent_extractions: int  # ledger rows of the user since the time asked for
     shown: list[Shown]
     user_dismissed: list[str]  # newest first, at most the limit asked for
+    oldest_extraction: datetime | None = None  # of the ledger rows counted in `recent_extractions`
 
 
 def read_round_inputs(rows: Sequence[Sequence[Any]]) -> ExtractionInputs:
@@ -114,15 +120,27 @@ def read_round_inputs(rows: Sequence[Sequence[Any]]) -> ExtractionInputs:
         if r[_ID] is None:
             continue  # the head alone: no rows in the pool
         if r[_UPDATED_AT] is None:
-            shown.append((r[_ID], r[4], r[5], r[_CONTENT]))
+            shown.append((r[_ID], r[_SCOPE], r[_PROJECT_KEY], r[_CONTENT]))
         else:
             dismissed.append(r)
     # A UNION keeps no order: the negative list is sorted again here.
     dismissed.sort(key=lambda r: (r[_UPDATED_AT], r[_ID]), reverse=True)
     head = rows[0]
     return ExtractionInputs(
-        bool(head[0]), (head[1] or "").strip(), int(head[2] or 0), shown, [r[_CONTENT] for r in dismissed]
+        bool(head[0]),
+        (head[1] or "").strip(),
+        int(head[2] or 0),
+        shown,
+        [r[_CONTENT] for r in dismissed],
+        _datetime(head[3]),
     )
+
+
+def _datetime(value: Any) -> datetime | None:
+    """A MIN() over a DATETIME column: SQLite's aggregate answers the stored text."""
+    if value is None or isinstance(value, datetime):
+        return value
+    return datetime.fromisoformat(str(value))
 
 
 def _oldest_machine_made(group: sa.ColumnElement[bool], limit: str) -> sa.Select[Any]:
