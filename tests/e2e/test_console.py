@@ -334,6 +334,24 @@ async def test_a_sign_in_link_for_another_account_asks_before_switching(
     assert await page.is_visible("#nav-audit")
 
 
+async def test_an_old_token_link_is_never_used_and_the_address_forgets_it_at_once(
+    open_console, browser: Any, service: ServiceProcess, user_id: int
+) -> None:  # type: ignore[no-untyped-def]
+    other = token(user_id + 1, ["memory:read"], secret=JWT_SECRET)
+    page = await open_console(user_id)
+    await page.evaluate("(jwt) => { location.hash = 'token=' + jwt; }", other)
+    await page.wait_for_function("location.href.endsWith('/console/')")
+    assert await page.text_content("#whoami-user") == f"用户 {user_id}"
+    assert await page.is_hidden("#confirm-dialog")
+
+    fresh = await browser.new_page()
+    await fresh.goto(f"{service.base_url}/console/#token={other}")
+    await fresh.wait_for_function("location.href.endsWith('/console/')")
+    assert await fresh.is_visible("#token") and await fresh.is_hidden("#whoami")
+    assert await fresh.evaluate("sessionStorage.getItem('memoryToken')") is None
+    await fresh.close()
+
+
 async def test_a_link_for_the_same_account_with_more_permissions_applies_at_once(
     open_console, user_id: int
 ) -> None:  # type: ignore[no-untyped-def]

@@ -416,11 +416,15 @@ function signOut() {
 /**
  * A sign-in link (`mao-memory run` prints one): the address forgets its one-time code at once, the
  * code is exchanged for the token, and a link for another account than the signed-in one asks first.
+ * An old `#token=` link is never used, and the address forgets its token as well.
  */
 async function signInFromLink() {
-  const code = new URLSearchParams(location.hash.slice(1)).get("code");
+  const link = new URLSearchParams(location.hash.slice(1));
+  if (link.has("code") || link.has("token")) {
+    history.replaceState(null, "", location.pathname + location.search);
+  }
+  const code = link.get("code");
   if (code === null) return;
-  history.replaceState(null, "", location.pathname + location.search);
   let session;
   try {
     session = await api("POST", "/api/v1/console/session", { code: code.trim() }, { anonymous: true });
