@@ -189,9 +189,12 @@ def sdk_headers(litellm: Any, headers: dict[str, str]) -> dict[str, str]:
 def _covered(litellm: Any, base: str) -> bool:
     """False when the configuration asks for something only litellm's own client does: headers
     from OPENAI_CUSTOM_HEADERS, its experimental HTTP handler, OpenAI config defaults merged into
-    every call, an HTTP proxy for this host, or TLS settings other than verification against the
-    default or SSL_CERT_FILE's bundle."""
+    every call, an HTTP proxy for this host, TLS settings other than verification against the
+    default or SSL_CERT_FILE's bundle, or a base whose URL litellm builds its own way (one with a
+    query or a fragment, or already ending in /chat/completions)."""
     if os.environ.get("OPENAI_CUSTOM_HEADERS") is not None or litellm.OpenAIConfig.get_config():
+        return False
+    if "?" in base or "#" in base or urlsplit(base).path.rstrip("/").endswith("/chat/completions"):
         return False
     if litellm.get_secret_bool("EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER"):
         return False

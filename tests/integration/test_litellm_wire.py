@@ -116,6 +116,21 @@ async def test_an_openai_compatible_request_is_what_litellm_would_send(
     assert mine.headers["content-type"] == "application/json" and text == '{"memories": []}'
 
 
+@pytest.mark.parametrize("suffix", ["?tenant=a", "/chat/completions", "/chat/completions/", "#part"])
+async def test_an_api_base_litellm_builds_its_own_way_goes_through_acompletion(
+    llm: ScriptedLlm, clients: list[LlmClient], suffix: str
+) -> None:
+    """litellm puts a query before its path, appends to a base already ending in the path, and
+    drops a fragment: whatever it makes of such a base, the request is the one it would send."""
+    llm.script("wire-marker", '{"memories": []}')
+    base = llm.api_base + suffix
+    mine, text, _ = await via_service(clients, base, "openai/scripted-wire", StructuredOutput.OFF, llm)
+    theirs = await via_litellm(base, "openai/scripted-wire", StructuredOutput.OFF, llm)
+
+    assert (mine.path, mine.raw) == (theirs.path, theirs.raw)
+    assert text == '{"memories": []}'
+
+
 def _set(target: Any, name: str, value: Any) -> Callable[[pytest.MonkeyPatch], None]:
     return lambda patch: patch.setattr(target, name, value)
 
