@@ -177,3 +177,34 @@ async def test_a_single_slot_server_queueing_into_timeouts_dead_letters_nothing(
 
     assert dead.reasons() == []
     assert metrics.events.labels(Outcome.EXTRACTED.value)._value.get() == 10
+
+
+async def test_a_revoked_key_holds_events_behind_the_breaker_instead_of_dead_lettering_them(
+    mysql_db: Database,
+    make_handler: HandlerFactory,
+    llm: ScriptedLlm,
+    client: tuple[LlmClient, CircuitBreaker],
+    user_id: int,
+) -> None:
+    """401 for every call: the first callers' rejections look like their own and are dead-lettered
+    (replayable), then the status is the provider's and every later event waits."""
+    model, breaker = client
+    await set_capture(mysql_db, user_id)
+    llm.script(f"revoked{user_id}", status=401)
+    dead, metrics = RecordingDeadLetters(), Metrics()
+    processor = processor_of(mysql_db, make_handler, model, dead, metrics)
+    events = [event_payload(user_id, n, lastUserMessage=said(f"revoked{user_id}")) for n in range(1, 9)]
+
+    tasks = []
+    for n, e in enumerate(events):
+        tasks.append(asyncio.create_task(processor(receive(record(e, n)))))
+        await asyncio.sleep(0.1)  # one after another, as a partition delivers them
+    await asyncio.sleep(2)
+    waiting = [task for task in tasks if not task.done()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+    assert dead.reasons() == ["model_rejected"] * (breaker.threshold - 1)
+    assert len(waiting) == len(events) - (breaker.threshold - 1)
+    assert breaker.state is not BreakerState.CLOSED
