@@ -56,8 +56,9 @@ def test_importing_litellm_loaded_no_dotenv() -> None:
 
 
 def developer_shell(**extra: str) -> dict[str, str]:
-    """The environment of a developer's shell: without the suite's own MEMORY_ENV_FILE."""
-    return {k: v for k, v in os.environ.items() if k != "MEMORY_ENV_FILE"} | extra
+    """The environment of a developer's shell: without what the suite's conftest sets."""
+    suites = {"MEMORY_ENV_FILE", "LITELLM_MODE", "NO_PROXY", "no_proxy"}
+    return {k: v for k, v in os.environ.items() if k not in suites} | extra
 
 
 def checkout_with_venv(tmp_path: Path) -> tuple[Path, Path]:
@@ -76,7 +77,7 @@ def checkout_with_venv(tmp_path: Path) -> tuple[Path, Path]:
 def test_the_service_importing_litellm_loads_no_dotenv(tmp_path: Path) -> None:
     """`import_litellm()` leaves a stray `.env` beside the venv unread, outside the suite too."""
     checkout, site = checkout_with_venv(tmp_path)
-    shell = {k: v for k, v in developer_shell().items() if not k.startswith("LITELLM_MODE")}
+    shell = developer_shell()
     probe = "import os; from service.adapters.llm_client import import_litellm as i; l = i(); "
     probe += "print(l.__file__, os.environ.get('MEMORY_JWT_SECRET'))"
     out = subprocess.run(
@@ -121,10 +122,7 @@ def test_a_developers_env_file_and_variables_change_no_test(tmp_path: Path) -> N
     (checkout / "data").mkdir()
     running = {"pid": os.getpid(), "jwt_secret": "running-secret-running-secret-0123456789"}
     (checkout / "data" / ".dev-credentials").write_text(json.dumps(running))
-    shell = developer_shell(**EXPORTED)
-    shell["PYTHONPATH"] = os.pathsep.join([str(site), str(ROOT)])
-    shell.pop("NO_PROXY", None)
-    shell.pop("no_proxy", None)
+    shell = developer_shell(**EXPORTED, PYTHONPATH=os.pathsep.join([str(site), str(ROOT)]))
     run = subprocess.run(
         [
             sys.executable,
