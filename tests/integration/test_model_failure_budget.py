@@ -161,7 +161,7 @@ async def test_a_single_slot_server_queueing_into_timeouts_dead_letters_nothing(
     client: tuple[LlmClient, CircuitBreaker],
     user_id: int,
 ) -> None:
-    """A local server answering one request at a time, 0.1 s each, with a 0.3 s timeout and 10
+    """A local server answering one request at a time, 0.1 s each, with a 0.3 s timeout and 16
     events in flight: the later ones time out in its queue while the first are answered."""
     model, _breaker = client
     await set_capture(mysql_db, user_id)
@@ -169,14 +169,14 @@ async def test_a_single_slot_server_queueing_into_timeouts_dead_letters_nothing(
     llm.script(f"queue{user_id}", [{"type": "user", "content": "排队时照样记住"}], delay_s=0.1)
     dead, metrics = RecordingDeadLetters(), Metrics()
     processor = processor_of(mysql_db, make_handler, model, dead, metrics)
-    events = [event_payload(user_id, n, lastUserMessage=said(f"queue{user_id}")) for n in range(1, 11)]
+    events = [event_payload(user_id, n, lastUserMessage=said(f"queue{user_id}")) for n in range(1, 17)]
 
     await asyncio.wait_for(
         asyncio.gather(*(processor(receive(record(e, n))) for n, e in enumerate(events))), timeout=90
     )
 
     assert dead.reasons() == []
-    assert metrics.events.labels(Outcome.EXTRACTED.value)._value.get() == 10
+    assert metrics.events.labels(Outcome.EXTRACTED.value)._value.get() == 16
 
 
 async def test_a_revoked_key_holds_events_behind_the_breaker_instead_of_dead_lettering_them(
