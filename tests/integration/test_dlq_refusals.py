@@ -97,8 +97,10 @@ async def test_a_dlq_the_service_may_not_write_loses_the_letter_visibly_and_move
 
     await processor(poison("t", 100))
 
-    # Two transient failures retried, the refusal for good, then the stub, refused as well.
+    # Two transient failures retried, the refusal for good, then the stub and the bare verdict with
+    # the coordinates alone, both refused as well.
     reasons = [header(h, "x-dlq-reason") for h in dead_letters.attempts]
-    assert reasons == ["invalid_json"] * 3 + ["dlq_refused"]
+    assert reasons == ["invalid_json"] * 3 + ["dlq_refused"] * 2
+    assert all(k.startswith(("x-dlq-", "x-original-")) for k, _v in dead_letters.attempts[-1])
     assert metrics.dead_letters_lost._value.get() == 1
     assert metrics.dead_letters.labels("invalid_json")._value.get() == 0
