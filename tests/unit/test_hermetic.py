@@ -18,14 +18,14 @@ from tests.support.processes import ROOT
 
 DOTENV = {
     "MEMORY_JWT_SECRET": "dotenv-secret-dotenv-secret-0123456789",
-    "MEMORY_INTERNAL_TOKEN": "dotenv-internal-token-dotenv-internal-token",
+    "MEMORY_INTERNAL_TOKEN": "dotenv-internal-token-0123456789",
     "MEMORY_HTTP_PORT": "9999",
     "MEMORY_DEFAULT_MODEL": "openai/dotenv-model",
     "MEMORY_LOG_LEVEL": "ERROR",
 }
 EXPORTED = {
     "MEMORY_JWT_SECRET": "exported-secret-exported-secret-0123456789",
-    "memory_internal_token": "exported-internal-token-exported-internal-token",  # pydantic-settings ignores the case
+    "memory_internal_token": "exported-internal-token-0123456789",  # pydantic-settings ignores the case
     "MEMORY_HTTP_PORT": "9998",
     "MEMORY_DEFAULT_MODEL": "openai/exported-model",
     "MEMORY_LLM_TIMEOUT_S": "1",
