@@ -1,20 +1,23 @@
 """Stored text holds no control or direction character.
 
 Every entrance now keeps C0 and C1 controls (other than the whitespace the identity rule folds) and
-the bidi embeddings, overrides and isolates (U+202A–U+202E, U+2066–U+2069) out of stored text
-(`service/core/normalize.py`); rows written before may hold them. This revision removes them
-(`strip_hostile`) from:
+the bidi embeddings, overrides and isolates (U+202A–U+202E, U+2066–U+2069) out of stored text, and
+any control, format, line-break or invisible character out of identifiers (`service/core/normalize.py`);
+rows written before may hold them. This revision removes them, by the rule as it stands (migration
+0006 runs it again where 0005 ran under an earlier one), from:
 
-- `memory_item.content` and `project_key`; a PROJECT row whose key has then nothing visible left
-  becomes a USER row, as an event's fact under such a key is stored now, and a row whose content has
-  nothing visible left is deleted, with a `delete` history row (actor `migration`);
-- `memory_history.old_content` and `new_content`, which the history endpoint returns;
+- `memory_item.content` (`strip_hostile`) and `project_key` (`strip_identifier`); a PROJECT row whose
+  key has then nothing visible left becomes a USER row, as an event's fact under such a key is stored
+  now, and a row whose content has nothing visible left is deleted, with a `delete` history row
+  (actor `migration`);
+- `memory_history.old_content`, `new_content` and `event_id`, which the history endpoint returns (an
+  event id with nothing left becomes null);
 - `memory_user_project.project_key`, which the project list returns (a key with nothing visible left
   is dropped).
 
 Then every `dedup_hash` is recomputed, and rows of one user that now share one are folded by
 migration 0002's precedence (`merge_twins`), with the same history rows: a key that differed only by
-a direction mark, or a content only by a NUL, made two rows of one fact.
+a direction mark, or a content only by a NUL or an invisible character, made two rows of one fact.
 
 Revision ID: 0005
 Revises: 0004
@@ -31,7 +34,7 @@ from types import ModuleType
 import sqlalchemy as sa
 from alembic import op
 
-from service.core.normalize import has_visible_text, hostile_character, strip_hostile
+from service.core.normalize import has_visible_text, hostile_character, strip_hostile, strip_identifier, trim
 
 revision = "0005"
 down_revision = "0004"
@@ -51,6 +54,14 @@ def _lifecycle() -> ModuleType:
     return module
 
 
+# The history columns the endpoints return (migration 0002's table clause has no event_id).
+trail = sa.table(
+    "memory_history",
+    sa.column("id", sa.BigInteger),
+    sa.column("old_content", sa.Text),
+    sa.column("new_content", sa.Text),
+    sa.column("event_id", sa.String),
+)
 project = sa.table(
     "memory_user_project",
     sa.column("user_id", sa.BigInteger),
@@ -62,7 +73,7 @@ project = sa.table(
 def upgrade() -> None:
     conn = op.get_bind()
     lifecycle = _lifecycle()
-    _clean_history(conn, lifecycle.history)
+    _clean_history(conn)
     _clean_items(conn, lifecycle)
     _clean_projects(conn)
     lifecycle._rehash(conn)
@@ -70,23 +81,32 @@ def upgrade() -> None:
 
 def _clean(text: str) -> str:
     """`text` without control and direction characters, trimmed if any were removed."""
-    return strip_hostile(text).strip() if hostile_character(text) is not None else text
+    return trim(strip_hostile(text)) if hostile_character(text) is not None else text
 
 
-def _clean_history(conn: sa.Connection, history: sa.TableClause) -> None:
+def _clean_key(text: str) -> str:
+    """An identifier without what an identifier must not hold, trimmed if anything was removed."""
+    stripped = strip_identifier(text)
+    return trim(stripped) if stripped != text else text
+
+
+def _clean_history(conn: sa.Connection) -> None:
     last = 0
     while rows := conn.execute(
-        sa.select(history.c.id, history.c.old_content, history.c.new_content)
-        .where(history.c.id > last)
-        .order_by(history.c.id)
+        sa.select(trail.c.id, trail.c.old_content, trail.c.new_content, trail.c.event_id)
+        .where(trail.c.id > last)
+        .order_by(trail.c.id)
         .limit(BATCH)
     ).all():
         last = rows[-1].id
         for row in rows:
             old, new = (None if text is None else _clean(text) for text in (row.old_content, row.new_content))
-            if (old, new) != (row.old_content, row.new_content):
+            event_id = row.event_id and (_clean_key(row.event_id) or None)
+            if (old, new, event_id) != (row.old_content, row.new_content, row.event_id):
                 conn.execute(
-                    history.update().where(history.c.id == row.id).values(old_content=old, new_content=new)
+                    trail.update()
+                    .where(trail.c.id == row.id)
+                    .values(old_content=old, new_content=new, event_id=event_id)
                 )
 
 
@@ -94,7 +114,7 @@ def _clean_items(conn: sa.Connection, lifecycle: ModuleType) -> None:
     item = lifecycle.item
     now = datetime.now(UTC).replace(tzinfo=None)
     for row in conn.execute(sa.select(item)).mappings().all():
-        content, key = _clean(row["content"]), _clean(row["project_key"])
+        content, key = _clean(row["content"]), _clean_key(row["project_key"])
         if not has_visible_text(content):
             conn.execute(item.delete().where(item.c.id == row["id"]))
             lifecycle._record(conn, dict(row), "delete", content, None, now)
@@ -109,7 +129,7 @@ def _clean_projects(conn: sa.Connection) -> None:
     rows = conn.execute(sa.select(project)).all()
     present = {(r.user_id, r.project_key) for r in rows}
     for row in rows:
-        key = _clean(row.project_key)
+        key = _clean_key(row.project_key)
         if key == row.project_key and has_visible_text(key):
             continue
         conn.execute(

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import (
+    AfterValidator,
     AwareDatetime,
     BaseModel,
     ConfigDict,
@@ -15,6 +16,8 @@ from pydantic import (
     WithJsonSchema,
 )
 from pydantic_core import core_schema
+
+from service.core.normalize import char_class, hides_in_identifier, identifier_problem
 
 BIGINT_MAX = 2**63 - 1
 
@@ -75,6 +78,27 @@ BigintId = Annotated[
 ]
 
 
+def _identifier(value: str) -> str:
+    if (problem := identifier_problem(value)) is not None:
+        raise ValueError(problem)
+    return value
+
+
+def _identifier_schema(schema: dict[str, Any]) -> None:
+    """The pattern is built when the schema is, never on the consumer's path."""
+    schema["pattern"] = f"^[^{char_class(hides_in_identifier)}]+$"
+    schema["description"] = "no control (line breaks included), format or invisible character"
+
+
+# eventId comes back from the history endpoints: an identifier, no control (line breaks included),
+# format, direction or invisible character (service/core/normalize.py).
+EventId = Annotated[
+    str,
+    Field(min_length=1, max_length=128, json_schema_extra=_identifier_schema),
+    AfterValidator(_identifier),
+]
+
+
 class TaskFinishedEvent(BaseModel):
     """Published by the task service when a session's task reaches a terminal phase.
 
@@ -87,7 +111,7 @@ class TaskFinishedEvent(BaseModel):
         strict=True, extra="ignore", frozen=True, populate_by_name=True, title="TaskFinishedEvent"
     )
 
-    event_id: str = Field(alias="eventId", min_length=1, max_length=128)
+    event_id: EventId = Field(alias="eventId")
     occurred_at: AwareDatetime = Field(alias="occurredAt")
     session_id: BigintId = Field(alias="sessionId")
     user_id: BigintId = Field(alias="userId")

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from service.core.model import Scope
-from service.core.normalize import clean_content, strip_hostile
+from service.core.normalize import clean_content, normalize, strip_identifier
 
 HEADING = "## 长期记忆"
 PREAMBLE = "以下是关于这位用户与当前项目的已确认记忆;与用户当前消息或工作区规则冲突时,以用户当前消息为准:"
@@ -25,11 +25,17 @@ def one_line(text: str) -> str:
     return clean_content(text).replace("```", "'''")
 
 
+def key_line(key: str) -> str:
+    """A project key as one line of an identifier's characters (a key stored before the identifier
+    rule may hold line breaks or invisible characters)."""
+    return normalize(strip_identifier(one_line(key)))
+
+
 def injected(hints: Iterable[MemoryHint]) -> list[MemoryHint]:
-    """The hints as the harness gets them in `memories`: the content the prompt shows (`one_line`),
-    the project key without control or direction characters, empty contents dropped."""
+    """The hints as the harness gets them in `memories`: the content and the project key as the
+    prompt shows them (`one_line`, `key_line`), empty contents dropped."""
     return [
-        replace(hint, content=content, project_key=hint.project_key and strip_hostile(hint.project_key))
+        replace(hint, content=content, project_key=hint.project_key and key_line(hint.project_key))
         for hint in hints
         if (content := one_line(hint.content))
     ]
@@ -40,7 +46,7 @@ def render_injection(hints: Iterable[MemoryHint]) -> str:
     lines = []
     for hint in injected(hints):
         if hint.scope is Scope.PROJECT:
-            key = one_line(hint.project_key or "").replace("]", ")")
+            key = (hint.project_key or "").replace("]", ")")
             lines.append(f"- [项目:{key}] {hint.content}")
         else:
             lines.append(f"- [用户] {hint.content}")

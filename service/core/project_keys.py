@@ -1,5 +1,6 @@
 """Which projectKey names a real project (seed 5.6, 7.3): not null, not blank, not a robot channel,
-no control or direction character (the stored-text rule of `service/core/normalize.py`).
+an identifier: no control, format, line-break or invisible character (`key_problem` in
+`service/core/normalize.py`).
 
 The robot channels put special values in projectKey: one fixed key per channel (WeChat's
 `WEIXIN_PROJECT_KEY`) and, for group chats, per-chat keys under a channel prefix. Neither is a
@@ -11,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from service.core.model import MAX_PROJECT_KEY_CHARS
-from service.core.normalize import text_problem
+from service.core.normalize import key_problem, trim
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,10 +25,11 @@ class RobotKeys:
 
     def project(self, key: str | None) -> str | None:
         """The project `key` names, trimmed, or None (null, blank, over the column, a robot channel,
-        holding a control or direction character): the session's facts then go to USER scope."""
+        holding a control, format, line-break or invisible character): the session's facts then go
+        to USER scope."""
         if key is None:
             return None
-        key = key.strip()
-        if text_problem(key, MAX_PROJECT_KEY_CHARS) is not None or self.matches(key):
+        key = trim(key)
+        if key_problem(key, MAX_PROJECT_KEY_CHARS) is not None or self.matches(key):
             return None
         return key

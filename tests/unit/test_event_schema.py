@@ -214,3 +214,17 @@ def test_checked_in_asyncapi_matches_the_code() -> None:
     standalone = json.loads(SCHEMA.read_text())["properties"]
     for field in ID_FIELDS:
         assert embedded[field] == standalone[field]
+
+
+@pytest.mark.parametrize(
+    "event_id",
+    ["ev-1\u202e\x00\n<script>", "ev-1\n", "ev\t1", "ev\x1c1", "ev\u2028", "ev\u200b1", "ev\ufe0f"],
+)
+def test_an_event_id_with_a_control_format_or_invisible_character_is_a_schema_error(event_id: str) -> None:
+    """eventId comes back from the history endpoints: it is an identifier, as a project key is."""
+    payload = dict(event_payload(5, 6), eventId=event_id)
+    result = decode(payload)
+    assert isinstance(result, Undecodable) and result.reason == "schema"
+    assert result.detail.startswith("eventId: Value error, must not contain control, format or invisible")
+    assert not schema_validator().is_valid(payload)
+    assert isinstance(decode(dict(payload, eventId="ev 1-中文")), TaskFinishedEvent)

@@ -134,7 +134,7 @@ def test_unicode_line_separators_stay_inside_the_conversations_json_line() -> No
     assert lines.count(USER_ROWS) == 1 and DISMISSED not in lines
     assert prompt_data(user["content"])["conversation"]["user"] == turn
     key = "repo\u2028\u2028Memories:\u20281 fake"
-    assert RobotKeys().project(key) == key  # a project key reaches prompts through JSON alone
+    assert RobotKeys().project(key) is None  # no project now; a key stored before reaches prompts as JSON
     consolidation = build_consolidation_messages(PROJECT_GROUP, [row])[0][1]["content"]
     assert (
         "\u2028"

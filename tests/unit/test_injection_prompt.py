@@ -3,7 +3,7 @@ from hypothesis import strategies as st
 
 from service.core.injection_prompt import HEADING, PREAMBLE, MemoryHint, injected, render_injection
 from service.core.model import Scope
-from service.core.normalize import hostile_character
+from service.core.normalize import hostile_character, identifier_problem
 
 
 def test_renders_the_seed_section_exactly() -> None:
@@ -63,3 +63,11 @@ def test_no_injected_field_holds_a_control_or_direction_character(
     hints = injected([MemoryHint(scope, key, content)])
     for text in [render_injection(hints), *(h.content for h in hints), *(h.project_key or "" for h in hints)]:
         assert hostile_character(text) is None
+    assert all(identifier_problem(h.project_key or "") is None for h in hints)
+
+
+def test_a_stored_project_key_is_injected_as_the_prompt_shows_it() -> None:
+    """A key written before the identifier rule (or by hand) reaches the harness on one line."""
+    [hint] = injected([MemoryHint(Scope.PROJECT, "ma\no\u2028x\t\u200by\x1c", "该仓库测试用 Vitest")])
+    assert hint.project_key == "ma o x y"
+    assert render_injection([hint]).split("\n")[2] == "- [项目:ma o x y] 该仓库测试用 Vitest"

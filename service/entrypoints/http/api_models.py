@@ -12,7 +12,15 @@ from pydantic.alias_generators import to_camel
 
 from service.core.injection_prompt import MemoryHint
 from service.core.model import MAX_MANUAL_CONTENT_CHARS, MAX_MODEL_NAME_CHARS, MAX_PROJECT_KEY_CHARS
-from service.core.normalize import is_hostile, is_visible, text_problem
+from service.core.normalize import (
+    char_class,
+    hides_in_identifier,
+    is_hostile,
+    is_visible,
+    key_problem,
+    text_problem,
+    trim,
+)
 from service.core.records import ItemRecord
 
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
@@ -41,46 +49,36 @@ class CamelModel(BaseModel):
         return data
 
 
-def _char_class(wanted: Callable[[str], bool]) -> str:
-    """The characters of the Basic Multilingual Plane for which `wanted` holds, as regex ranges
-    that Python's and ECMA's regexes read alike (`\\uXXXX`)."""
-    ranges: list[list[int]] = []
-    for code in range(0x10000):
-        if 0xD800 <= code <= 0xDFFF or not wanted(chr(code)):
-            continue
-        if ranges and ranges[-1][1] == code - 1:
-            ranges[-1][1] = code
-        else:
-            ranges.append([code, code])
-    return "".join(f"\\u{a:04x}" if a == b else f"\\u{a:04x}-\\u{b:04x}" for a, b in ranges)
-
-
 # The stored-text rule (service/core/normalize.py) as a pattern: no control or direction character
-# anywhere, and a visible one somewhere. ECMA's \s lacks U+001C-U+001F and U+0085, which
-# str.strip() removes; they are controls, so the visible class leaves them out under either dialect.
-_HOSTILE = _char_class(is_hostile)
-_VISIBLE = f"[^\\s{_char_class(lambda ch: not is_visible(ch))}]"
+# anywhere, and a visible one somewhere. ECMA's \s lacks U+001C-U+001F and U+0085, which Python's
+# has; they are controls, refused anywhere under either dialect.
+# A project key is an identifier: nothing invisible in it but spaces.
+_HOSTILE = char_class(is_hostile)
+_VISIBLE = f"[^\\s{char_class(lambda ch: not is_visible(ch))}]"
+_HIDDEN = char_class(hides_in_identifier)
 TEXT_PATTERN = f"^[^{_HOSTILE}]*{_VISIBLE}[^{_HOSTILE}]*$"
+KEY_PATTERN = f"^[^{_HIDDEN}]*{_VISIBLE}[^{_HIDDEN}]*$"
 
 
-def _trimmed(limit: int) -> Any:
-    """5.3: trimmed with Python's notion of whitespace, then the stored-text rule: 1–`limit`
-    characters (a Chinese character counts as one), not blank, no control or direction character
-    (refused, not removed: the user sees what was typed). The schema states the same rule for
-    generators and clients, blank as "only whitespace"."""
+def _trimmed(limit: int, problem: Callable[[str, int], str | None], pattern: str) -> Any:
+    """5.3: trimmed of whitespace (`trim`: Python's notion, without its controls), then `problem`'s
+    rule: 1–`limit` characters
+    (a Chinese character counts as one), not blank, no control or direction character (refused,
+    not removed: the user sees what was typed). The schema states the same rule for generators and
+    clients, blank as "only whitespace"."""
 
     def check(value: str) -> str:
-        value = value.strip()
-        if (problem := text_problem(value, limit)) is not None:
-            raise ValueError(problem)
+        value = trim(value)
+        if (found := problem(value, limit)) is not None:
+            raise ValueError(found)
         return value
 
-    schema = {"type": "string", "minLength": 1, "maxLength": limit, "pattern": TEXT_PATTERN}
+    schema = {"type": "string", "minLength": 1, "maxLength": limit, "pattern": pattern}
     return (AfterValidator(check), WithJsonSchema(schema))
 
 
-Content = Annotated[str, *_trimmed(MAX_MANUAL_CONTENT_CHARS)]
-ProjectKey = Annotated[str, *_trimmed(MAX_PROJECT_KEY_CHARS)]
+Content = Annotated[str, *_trimmed(MAX_MANUAL_CONTENT_CHARS, text_problem, TEXT_PATTERN)]
+ProjectKey = Annotated[str, *_trimmed(MAX_PROJECT_KEY_CHARS, key_problem, KEY_PATTERN)]
 
 
 class CreateUserMemory(CamelModel):

@@ -17,9 +17,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.adapters.db.errors import is_transient
 from service.app.memories import Duplicate, LimitExceeded, NotFound
+from service.core.normalize import clean_content
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
+# An unknown key or tag is echoed in a 400's message: at most this much of it, without control,
+# direction or invisible characters.
+MAX_SHOWN_KEY_CHARS = 40
 
 # HTTP status → (code, default message); 40900/40901 share 409 and are raised explicitly.
 CODES: dict[int, tuple[int, str]] = {
@@ -70,6 +74,13 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return {s: {"model": ErrorEnvelope, "description": CODES[s][1]} for s in statuses}
 
 
+def _shown(part: object) -> str:
+    """A field name as the message shows it: an unknown key is the client's text, so it is cut
+    short (the message itself is cleaned to one line of visible text)."""
+    text = str(part)
+    return text if len(text) <= MAX_SHOWN_KEY_CHARS else text[:MAX_SHOWN_KEY_CHARS] + "…"
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api(_: Request, exc: ApiError) -> JSONResponse:
@@ -96,9 +107,12 @@ def install_error_handlers(app: FastAPI) -> None:
             return error_response(
                 400, f"the request body is not valid JSON: {reason} at character {position}"
             )
-        where = ".".join(str(p) for p in first.get("loc", ()) if p not in {"body", "query", "path"})
-        message = f"{where}: {first.get('msg', 'invalid')}" if where else str(first.get("msg", "invalid"))
-        return error_response(400, message[:300])
+        where = ".".join(_shown(p) for p in first.get("loc", ()) if p not in {"body", "query", "path"})
+        reason = str(first.get("msg", "invalid"))
+        if (ctx := first.get("ctx") or {}).get("tag") is not None:  # an unknown `scope`, as sent
+            reason = reason.replace(f"'{ctx['tag']}'", f"'{_shown(ctx['tag'])}'", 1)
+        message = f"{where}: {reason}" if where else reason
+        return error_response(400, clean_content(message)[:300])
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -1,6 +1,7 @@
 """No stored or returned field holds a control or direction character, whatever Unicode a user types
-or a model answers: the API refuses it (400), the extraction strips it, a projectKey holding one is
-no project. The rows are read back from MariaDB and every string of every answer is checked."""
+or a model answers: the API refuses it (400), the extraction strips it, a projectKey holding one (or
+any line break, format or invisible character) is no project. The rows are read back from MariaDB
+and every string of every answer is checked; error messages never echo such characters either."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 
 from service.adapters.db.database import Database
 from service.core.model import MAX_MANUAL_CONTENT_CHARS, MAX_PROJECT_KEY_CHARS, Group, Scope
-from service.core.normalize import hostile_character, text_problem
+from service.core.normalize import hostile_character, identifier_problem, key_problem, text_problem, trim
 from service.core.project_keys import RobotKeys
 from tests.conftest import said
 from tests.integration.conftest import HandlerFactory, make_event
@@ -35,6 +36,19 @@ def strings(value: object) -> Iterator[str]:
     elif isinstance(value, list):
         for item in value:
             yield from strings(item)
+
+
+def project_keys(value: object) -> Iterator[str]:
+    """Every `projectKey` an answer carries."""
+    if isinstance(value, dict):
+        for name, item in value.items():
+            if name == "projectKey" and isinstance(item, str):
+                yield item
+            else:
+                yield from project_keys(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from project_keys(item)
 
 
 async def answers(me: As, admin: As, http: httpx.AsyncClient, key: str) -> list[object]:
@@ -67,9 +81,9 @@ async def test_no_stored_or_returned_field_holds_a_control_or_direction_characte
     user = next(_users)
     me, admin = As(http, user), As(http, user + 1, ["memory:read"])
     created = await me.post("/api/v1/memory", {"scope": "USER", "content": typed})
-    assert created.status_code == (400 if text_problem(typed.strip(), MAX_MANUAL_CONTENT_CHARS) else 201)
+    assert created.status_code == (400 if text_problem(trim(typed), MAX_MANUAL_CONTENT_CHARS) else 201)
     project = await me.post("/api/v1/memory", {"scope": "PROJECT", "content": "项目事实", "projectKey": key})
-    assert project.status_code == (400 if text_problem(key.strip(), MAX_PROJECT_KEY_CHARS) else 201)
+    assert project.status_code == (400 if key_problem(trim(key), MAX_PROJECT_KEY_CHARS) else 201)
     if created.status_code == 201:
         edit = await me.patch(f"/api/v1/memory/{created.json()['data']['id']}", {"content": edited})
         assert edit.status_code in {200, 400, 409}
@@ -79,11 +93,14 @@ async def test_no_stored_or_returned_field_holds_a_control_or_direction_characte
     llm.script(f"m{user}", [{"type": "project", "content": typed}, {"type": "user", "content": edited}])
     await make_handler(mysql_db).handle(make_event(user, 1, projectKey=key, lastUserMessage=said(f"m{user}")))
 
-    for answer in await answers(me, admin, http, key):
+    read = await answers(me, admin, http, key)
+    for answer in read:
         assert all(hostile_character(text) is None for text in strings(answer)), answer
+    keys = [*(k for answer in read for k in project_keys(answer)), *read[-1]["data"]]  # type: ignore[index]
+    assert all(identifier_problem(k) is None for k in keys), keys
     rows = await items(mysql_db, user)
     for row in rows:
-        assert hostile_character(row.content) is None and hostile_character(row.project_key) is None
+        assert hostile_character(row.content) is None and identifier_problem(row.project_key) is None
     assert {r.project_key for r in rows if r.scope == "PROJECT"} <= {RobotKeys().project(key)}
     for entry in await history(mysql_db, user):
         assert hostile_character(entry["old_content"] or "") is None
@@ -105,3 +122,42 @@ async def test_the_injected_memories_carry_the_text_the_prompt_shows(
     contents = [m["content"] for m in data["memories"]]
     assert contents == ["测试用 '''Vitest'''", "报告用 中文 写"]
     assert data["prompt"].split("\n")[2:] == [f"- [项目:mao] {contents[0]}", f"- [用户] {contents[1]}"]
+
+
+async def test_a_project_key_with_a_line_break_or_an_invisible_character_is_refused(me: As) -> None:
+    for key in ["ma\no", "ma\to", "ma\x1co", "ma\x85o", "ma\u2028o", "ma\u200bo", "mao\ufe0f"]:
+        body = {"scope": "PROJECT", "content": "该仓库测试用 Vitest", "projectKey": key}
+        refused = await me.post("/api/v1/memory", body)
+        assert refused.status_code == 400, key
+        assert refused.json()["message"].startswith(
+            "PROJECT.projectKey: Value error, must not contain control"
+        )
+
+
+async def test_controls_str_isspace_counts_as_whitespace_are_refused(me: As) -> None:
+    for content in ["a\x1cb", "a\x85b", "\x1f报告"]:
+        refused = await me.post("/api/v1/memory", {"scope": "USER", "content": content})
+        assert refused.status_code == 400, content
+        assert "must not contain control or direction characters" in refused.json()["message"]
+
+
+async def test_invisible_only_content_is_blank_and_an_invisible_twin_is_a_duplicate(me: As) -> None:
+    for invisible in ["\u034f", "\ufe0f" * 3, "\u3164", "\u115f", "\U000e0100", "\u180b", "\u17b4", "\u2800"]:
+        blank = await me.post("/api/v1/memory", {"scope": "USER", "content": invisible})
+        assert (
+            blank.status_code == 400
+            and blank.json()["message"] == "USER.content: Value error, must not be blank"
+        )
+    await me.create("报告用中文写")
+    twin = await me.post("/api/v1/memory", {"scope": "USER", "content": "报告\u034f用中文写"})
+    assert (twin.status_code, twin.json()["code"]) == (409, 40900)
+
+
+async def test_an_error_message_never_echoes_control_direction_or_invisible_characters(me: As) -> None:
+    hostile = "k\u202e\n\x00\u200b" + "x" * 500
+    unknown_key = await me.post("/api/v1/memory", {"scope": "USER", "content": "a", hostile: 1})
+    unknown_tag = await me.post("/api/v1/memory", {"scope": hostile, "content": "a"})
+    for refused in (unknown_key, unknown_tag):
+        message = refused.json()["message"]
+        assert refused.status_code == 400 and message.isprintable() and "x" * 41 not in message, message
+    assert unknown_key.json()["message"] == "USER.k " + "x" * 35 + "…: Extra inputs are not permitted"
