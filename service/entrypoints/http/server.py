@@ -27,8 +27,9 @@ no headers. `GuardedHttpTools` adds the limits to the httptools protocol:
 
 A refusal carries the envelope and `Connection: close`, after every earlier request's answer; the
 server then stops sending and drops what the client still sends for a moment before closing, so the
-client reads the answer instead of a reset. There is no per-address limit: behind a load balancer
-every connection comes from the balancer's address.
+client reads the answer instead of a reset (what is still buffered for it gets the send timeout).
+There is no per-address limit: behind a load balancer every connection comes from the balancer's
+address.
 """
 
 from __future__ import annotations
@@ -264,7 +265,13 @@ class GuardedHttpTools(HttpToolsProtocol):
         if self.transport.can_write_eof():
             self.transport.write_eof()
         self.flow.resume_reading()  # drained until closed
-        self._timer = self.loop.call_later(LINGER_S, self._drop)
+        self._timer = self.loop.call_later(LINGER_S, self._close)
+
+    def _close(self) -> None:
+        """Close once the answers still buffered are sent (a slow reader still gets them), or drop
+        them if that takes longer than the send timeout."""
+        self.transport.close()
+        self._timer = self.loop.call_later(self.limits.send_timeout_s, self._drop)
 
 
 def guarded(limits: HttpLimits) -> type[GuardedHttpTools]:

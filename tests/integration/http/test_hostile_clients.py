@@ -283,6 +283,35 @@ async def test_pipelined_requests_beyond_the_depth_get_503_after_the_earlier_ans
     assert answer.body.endswith(b'"too many pipelined requests", "data": null}')
 
 
+async def test_a_refusal_comes_after_the_earlier_answers_and_a_slow_reader_gets_them_all(
+    tmp_path: Path,
+) -> None:
+    """A late body behind pipelined requests is refused in its turn: every earlier answer, still
+    buffered for a client that has not read yet, is sent before the 408 and the close."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'memory.db'}"
+    upgrade_schema(url)
+    settings = Settings(  # type: ignore[call-arg]
+        _env_file=None, database_url=url, http_body_timeout_s=BODY_TIMEOUT_S, http_send_timeout_s=10
+    )
+    async with live_server(settings, send_buffer=4096) as patient:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", patient))
+        reader, writer = await asyncio.open_connection(sock=sock)
+        writer.write(
+            b"GET /openapi.json HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" * 6
+            + post_head("/healthz", "Content-Length: 10")
+        )
+        await writer.drain()
+        await asyncio.sleep(BODY_TIMEOUT_S * 3)  # the body is late, and nothing read yet
+        answer = await read_answer(reader, wait_s=5)
+        writer.close()
+    later = [int(status) for status in re.findall(rb"HTTP/1\.1 (\d{3}) ", answer.body)]
+    assert [answer.status, *later] == [200] * 6 + [408] and answer.closed
+    assert answer.body.count(b'{"openapi":') == 6  # every answer whole
+
+
 def chunked_post(path: str, body: bytes, trailer: bytes, *headers: str) -> bytes:
     head = [
         f"POST {path} HTTP/1.1",
