@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.faults.conftest import Report
 from tests.integration.test_record_fuzz import (  # noqa: F401 - the fixture the test needs
     EXAMPLES,
@@ -14,6 +16,8 @@ from tests.integration.test_record_fuzz import (
 )
 
 __all__ = ["test_hostile_records"]
+# A batch takes about a second end to end; the suite's per-test limit is meant for single scenarios.
+pytestmark = pytest.mark.timeout(1200)
 
 
 def test_hostile_records_are_reported(report: Report) -> None:

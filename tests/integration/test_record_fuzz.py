@@ -154,7 +154,7 @@ async def test_every_record_ends_exactly_once_and_every_partition_moves_on(
         if isinstance(decoded, Undecodable):
             expected[(partition, offset)] = decoded.reason
     dead = {}
-    for letter in await pipeline.dead_letters():
+    for letter in await pipeline.dead_letters(at_least=len(expected)):
         where = (
             int(header(letter.headers, ORIGINAL_PARTITION) or -1),
             int(header(letter.headers, ORIGINAL_OFFSET) or -1),

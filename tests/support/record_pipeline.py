@@ -118,19 +118,23 @@ class RecordPipeline:
             await asyncio.sleep(0.05)
         return False
 
-    async def dead_letters(self) -> list[Record]:
-        """The dead letters published since the last call, up to the topic's end now (the high
+    async def dead_letters(self, at_least: int = 0, timeout_s: float = 15.0) -> list[Record]:
+        """The dead letters published since the last call: at least `at_least` of them (the broker may
+        show a just-acknowledged message a fetch late), then up to the topic's end (the high
         watermark, which Tansu's ListOffsets may understate)."""
         partitions = list(self._dlq_reader.assignment())
         end = await self._dlq_reader.end_offsets(partitions)
+        deadline = asyncio.get_running_loop().time() + timeout_s
         found: list[Record] = []
-        while True:
+        while asyncio.get_running_loop().time() < deadline:
             batch = await self._dlq_reader.getmany(timeout_ms=500)
             found += [r for records in batch.values() for r in records]
             for tp in partitions:
                 end[tp] = max(end[tp], self._dlq_reader.highwater(tp) or 0)
-            if not batch and not [tp for tp in partitions if await self._dlq_reader.position(tp) < end[tp]]:
+            behind = [tp for tp in partitions if await self._dlq_reader.position(tp) < end[tp]]
+            if not batch and not behind and len(found) >= at_least:
                 return found
+        return found
 
 
 async def produce(
