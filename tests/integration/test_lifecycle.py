@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Hashable
 from datetime import timedelta
 from typing import Any
 
 import pytest
 
 from service.adapters.db.database import Database
-from service.adapters.llm_client import AnswerShape, LlmAnswer, LlmClient, StructuredOutput
+from service.adapters.llm_client import LlmClient
 from service.adapters.metrics import Metrics
 from service.app.caches import CaptureSwitch
 from service.app.consolidation import Consolidator
@@ -28,6 +27,7 @@ from service.core.project_keys import RobotKeys
 from tests.conftest import said
 from tests.integration.conftest import HandlerFactory, make_event
 from tests.support.clock import ManualClock
+from tests.support.meanwhile_llm import AnswerAfter
 from tests.support.pool import history, items, seed, seed_many, set_capture
 from tests.support.scripted_llm import ScriptedLlm
 
@@ -136,32 +136,6 @@ async def test_a_fact_demoted_for_room_typed_by_the_user_is_restored_as_theirs(
 # 3. A consolidation never erases a newer update.
 
 
-class UpdateWhileAnswering:
-    """The model's consolidation answer arrives after an extraction rewrote one of its sources."""
-
-    def __init__(self, llm: LlmClient, meanwhile: Any) -> None:
-        self._llm = llm
-        self._meanwhile = meanwhile
-
-    def mode(self, model: str) -> StructuredOutput:
-        return self._llm.mode(model)
-
-    async def complete(
-        self,
-        purpose: str,
-        model: str,
-        messages: list[dict[str, str]],
-        shape: AnswerShape,
-        wait: bool = True,
-        *,
-        caller: Hashable | None = None,
-    ) -> LlmAnswer:
-        answer = await self._llm.complete(purpose, model, messages, shape, wait, caller=caller)
-        if purpose == "consolidation":
-            await self._meanwhile()
-        return answer
-
-
 async def test_a_consolidation_whose_source_changed_meanwhile_leaves_the_group_alone(
     any_db: Database, make_handler: HandlerFactory, llm: ScriptedLlm, llm_client: LlmClient, user_id: int
 ) -> None:
@@ -177,7 +151,7 @@ async def test_a_consolidation_whose_source_changed_meanwhile_leaves_the_group_a
         await extract(any_db, make_handler, user_id, 1)
 
     consolidator = Consolidator(
-        any_db, UpdateWhileAnswering(llm_client, update_first_row), Metrics(), Thresholds()
+        any_db, AnswerAfter(llm_client, update_first_row, purpose="consolidation"), Metrics(), Thresholds()
     )
     assert await consolidator.run(extracted(user_id)) == [RunResult.ABANDONED_STALE]
 

@@ -4,18 +4,19 @@ the model was shown and that changed before the lock is handled as the whole-poo
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Collection, Hashable
+from collections.abc import Collection
 from typing import Any
 
 import pytest
 
 from service.adapters.db.database import Database
-from service.adapters.llm_client import AnswerShape, LlmAnswer, LlmClient, StructuredOutput
+from service.adapters.llm_client import LlmClient
 from service.core.model import USER_GROUP, Group, Scope, Source, Status
 from service.core.normalize import dedup_hash
 from service.core.outcomes import Outcome
 from service.core.pool_read import PoolQuery
 from tests.integration.conftest import HandlerFactory, make_event
+from tests.support.meanwhile_llm import AnswerAfter
 from tests.support.pool import history, items, seed, set_capture
 from tests.support.scripted_llm import ScriptedLlm
 
@@ -75,31 +76,6 @@ async def test_victims_are_each_groups_oldest_machine_made_rows(any_db: Database
     assert found["ids"] == {ids["用户1"], ids["用户2"], ids["用户3"]}  # no project: no project victims
 
 
-class ChangeWhileAnswering:
-    """The model answers after `meanwhile` changed the pool: between the read round and the lock."""
-
-    def __init__(self, llm: LlmClient, meanwhile: Callable[[], Awaitable[None]]) -> None:
-        self._llm = llm
-        self._meanwhile = meanwhile
-
-    def mode(self, model: str) -> StructuredOutput:
-        return self._llm.mode(model)
-
-    async def complete(
-        self,
-        purpose: str,
-        model: str,
-        messages: list[dict[str, str]],
-        shape: AnswerShape,
-        wait: bool = True,
-        *,
-        caller: Hashable | None = None,
-    ) -> LlmAnswer:
-        answer = await self._llm.complete(purpose, model, messages, shape, wait, caller=caller)
-        await self._meanwhile()
-        return answer
-
-
 # What became of the row meanwhile, and the row and history the extraction leaves, by its action.
 # Still machine-made and ACTIVE in its group: the reference holds, and an update replaces the words
 # found under the lock. No longer the machine's to change: the candidate is dropped, never inserted.
@@ -150,7 +126,7 @@ async def test_a_referenced_row_changed_since_the_read_round(
     llm.script(
         f"m{user_id}", [{"type": "user", "action": action, "existingId": 1, "content": "报告与邮件都用中文"}]
     )
-    handler = make_handler(any_db, ChangeWhileAnswering(llm_client, meanwhile))
+    handler = make_handler(any_db, AnswerAfter(llm_client, meanwhile))
     event = make_event(
         user_id, lastUserMessage=f"请记住这个长期偏好(m{user_id}):以后所有的报告都用中文来写。"
     )
