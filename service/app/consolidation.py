@@ -36,7 +36,7 @@ from service.core.consolidation_ops import (
 )
 from service.core.labels import ConsolidatedOp, LlmPurpose, LlmResult
 from service.core.model import Group, MemoryRow, Source, Status, session_groups
-from service.core.records import HistoryEntry
+from service.core.records import HistoryAction, HistoryEntry
 
 log = structlog.get_logger(__name__)
 MAX_CONCURRENT_RUNS = 4
@@ -210,19 +210,19 @@ async def _write(uow: UnitOfWork, user: int, op: Op, model: str, now: datetime) 
         row_id = await uow.memories.insert(
             user, op.group, op.content, op.dedup_hash, Source.CONSOLIDATED, None, now
         )
-        entry = HistoryEntry("merge", ACTOR, new_content=op.content, model=model)
+        entry = HistoryEntry(HistoryAction.MERGE, ACTOR, new_content=op.content, model=model)
     elif isinstance(op, RestoreMerged):
         row_id = op.row_id
         await uow.memories.set_status(user, row_id, Status.ACTIVE, now)
-        entry = HistoryEntry("restore", ACTOR, old_content=op.content, model=model)
+        entry = HistoryEntry(HistoryAction.RESTORE, ACTOR, old_content=op.content, model=model)
     elif isinstance(op, MergeAway):
         row_id = op.row_id
         await uow.memories.delete(user, row_id)
-        entry = HistoryEntry("merge", ACTOR, op.old_content, op.merged_content, model=model)
+        entry = HistoryEntry(HistoryAction.MERGE, ACTOR, op.old_content, op.merged_content, model=model)
     else:
         row_id = op.row_id
         await uow.memories.delete(user, row_id)
-        entry = HistoryEntry("drop", ACTOR, old_content=op.content, model=model)
+        entry = HistoryEntry(HistoryAction.DROP, ACTOR, old_content=op.content, model=model)
     await uow.memories.record(user, row_id, entry, now)
 
 

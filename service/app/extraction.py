@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 
 import structlog
@@ -36,7 +36,7 @@ from service.core.persist_plan import (
     decide,
 )
 from service.core.pool_read import pool_query
-from service.core.records import HistoryEntry
+from service.core.records import HistoryAction, HistoryEntry
 
 log = structlog.get_logger(__name__)
 
@@ -268,33 +268,34 @@ class ExtractionHandler:
         self, uow: UnitOfWork, plan: Plan, event: TaskFinishedEvent, model: str, now: datetime
     ) -> None:
         user = event.user_id
-        trace = HistoryEntry("", "auto", event_id=event.event_id, session_id=event.session_id, model=model)
+
+        def traced(action: HistoryAction, old: str | None = None, new: str | None = None) -> HistoryEntry:
+            return HistoryEntry(action, "auto", old, new, event.event_id, event.session_id, model)
+
         for op in plan.ops:
             if isinstance(op, Insert):
                 row_id = await uow.memories.insert(
                     user, op.group, op.content, op.dedup_hash, Source.AUTO, event.session_id, now
                 )
-                entry = replace(trace, action="insert", new_content=op.content)
+                entry = traced(HistoryAction.INSERT, new=op.content)
             elif isinstance(op, Touch):
                 row_id = op.row_id
                 await uow.memories.touch(user, row_id, now)
-                entry = replace(trace, action="touch")
+                entry = traced(HistoryAction.TOUCH)
             elif isinstance(op, Update):
                 row_id = op.row_id
                 await uow.memories.update_content(user, row_id, op.new_content, op.new_hash, now)
-                entry = replace(
-                    trace, action="update", old_content=op.old_content, new_content=op.new_content
-                )
+                entry = traced(HistoryAction.UPDATE, op.old_content, op.new_content)
             elif isinstance(op, Restore):
                 row_id = op.row_id
                 await uow.memories.set_status(user, row_id, Status.ACTIVE, now)
-                entry = replace(trace, action="restore", old_content=op.content)
+                entry = traced(HistoryAction.RESTORE, old=op.content)
             else:
                 assert isinstance(op, Demote)
                 row_id = op.row_id
                 # D14: a soft demotion, restored when the fact comes back or by the user.
                 await uow.memories.set_status(user, row_id, Status.DISMISSED, now, DismissedBy.CAPACITY)
-                entry = replace(trace, action="demote", old_content=op.content)
+                entry = traced(HistoryAction.DEMOTE, old=op.content)
             await uow.memories.record(user, row_id, entry, now)
 
 

@@ -25,7 +25,7 @@ from service.core.model import (
 from service.core.normalize import dedup_hash
 from service.core.overflow import demoted_for_room
 from service.core.project_keys import RobotKeys
-from service.core.records import HistoryEntry, ItemRecord, ListFilter
+from service.core.records import HistoryAction, HistoryEntry, ItemRecord, ListFilter
 
 log = structlog.get_logger(__name__)
 
@@ -60,7 +60,7 @@ class Injection:
     prompt: str
 
 
-def _user_entry(action: str, old: str | None = None, new: str | None = None) -> HistoryEntry:
+def _user_entry(action: HistoryAction, old: str | None = None, new: str | None = None) -> HistoryEntry:
     return HistoryEntry(action=action, actor="user", old_content=old, new_content=new)
 
 
@@ -90,7 +90,9 @@ class MemoryService:
             now = self._db.now()
             if clash is None:
                 row_id = await uow.memories.insert(user_id, group, content, digest, Source.MANUAL, None, now)
-                await uow.memories.record(user_id, row_id, _user_entry("create", new=content), now)
+                await uow.memories.record(
+                    user_id, row_id, _user_entry(HistoryAction.CREATE, new=content), now
+                )
             else:
                 # A fact demoted for lack of room, typed again: the same row comes back, in the
                 # user's words and theirs from now on.
@@ -98,7 +100,7 @@ class MemoryService:
                 await uow.memories.set_status(user_id, row_id, Status.ACTIVE, now)
                 await uow.memories.update_content(user_id, row_id, content, digest, now, source=Source.MANUAL)
                 await uow.memories.record(
-                    user_id, row_id, _user_entry("restore", clash.content, content), now
+                    user_id, row_id, _user_entry(HistoryAction.RESTORE, clash.content, content), now
                 )
             item = await uow.memories.get(user_id, row_id)
             await uow.commit()
@@ -136,14 +138,16 @@ class MemoryService:
         # D12: an edit keeps the status. Edited words are the user's own, so an AUTO or
         # CONSOLIDATED row becomes MANUAL and leaves the model's comparison set for good.
         await uow.memories.update_content(user_id, item.id, content, digest, now, source=Source.MANUAL)
-        await uow.memories.record(user_id, item.id, _user_entry("edit", item.content, content), now)
+        await uow.memories.record(
+            user_id, item.id, _user_entry(HistoryAction.EDIT, item.content, content), now
+        )
 
     async def _set_status(self, uow: UnitOfWork, user_id: int, item: ItemRecord, status: Status) -> None:
         if status is Status.ACTIVE and await uow.memories.active_count(user_id) >= MAX_ACTIVE_PER_USER:
             raise LimitExceeded
         now = self._db.now()
         await uow.memories.set_status(user_id, item.id, status, now, DismissedBy.USER)
-        action = "restore" if status is Status.ACTIVE else "dismiss"
+        action = HistoryAction.RESTORE if status is Status.ACTIVE else HistoryAction.DISMISS
         await uow.memories.record(user_id, item.id, _user_entry(action, old=item.content), now)
 
     async def delete(self, user_id: int, row_id: int) -> None:
@@ -154,7 +158,9 @@ class MemoryService:
                 raise NotFound
             now = self._db.now()
             await uow.memories.delete(user_id, row_id)
-            await uow.memories.record(user_id, row_id, _user_entry("delete", old=item.content), now)
+            await uow.memories.record(
+                user_id, row_id, _user_entry(HistoryAction.DELETE, old=item.content), now
+            )
             await uow.commit()
 
     async def history(self, user_id: int, row_id: int) -> list[Any]:

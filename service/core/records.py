@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 
 from service.core.model import MemoryRow, Scope, Status
 
@@ -24,11 +25,30 @@ class ListFilter:
     status: Status | None = None
 
 
+class HistoryAction(StrEnum):
+    """`memory_history.action`: what a change did. The values are stored and shown by the history
+    API (and named in the console's labels), so they never change."""
+
+    # by the machine: an extraction (D13, D14) or a consolidation run (D15)
+    INSERT = "insert"
+    TOUCH = "touch"
+    UPDATE = "update"
+    DEMOTE = "demote"  # a capacity demotion (D14), undone by a restore
+    MERGE = "merge"
+    DROP = "drop"
+    # by the user (and `delete` by a migration); `restore` by either
+    CREATE = "create"
+    EDIT = "edit"
+    DISMISS = "dismiss"
+    RESTORE = "restore"
+    DELETE = "delete"
+
+
 @dataclass(frozen=True, slots=True)
 class HistoryEntry:
     """Who changed what, and which conversation caused it, so a polluted memory can be traced."""
 
-    action: str
+    action: HistoryAction
     actor: str
     old_content: str | None = None
     new_content: str | None = None

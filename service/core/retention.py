@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-TOUCH = "touch"  # memory_history.action
+from service.core.records import HistoryAction
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +64,11 @@ class OpenRun:
 
     def takes(self, row: HistoryRow) -> bool:
         """A touch of the same memory by the same session and model continues the run."""
-        return row.memory_id == self.memory_id and row.action == TOUCH and row.trace == self.keeper.trace
+        return (
+            row.memory_id == self.memory_id
+            and row.action == HistoryAction.TOUCH
+            and row.trace == self.keeper.trace
+        )
 
     def close(self) -> Fold | None:
         if not self.absorbed:
@@ -87,7 +91,11 @@ def fold_touches(rows: Sequence[HistoryRow], carry: OpenRun | None) -> tuple[lis
             continue
         if run is not None and (fold := run.close()) is not None:
             folds.append(fold)
-        run = OpenRun(row.memory_id, row, row.repeat_count, row.latest) if row.action == TOUCH else None
+        run = (
+            OpenRun(row.memory_id, row, row.repeat_count, row.latest)
+            if row.action == HistoryAction.TOUCH
+            else None
+        )
     return folds, run
 
 

@@ -19,7 +19,7 @@ from playwright import async_api as playwright_api
 from service.adapters.db.database import Database
 from service.adapters.db.engine import upgrade_schema
 from service.core.model import DismissedBy, Group, Scope, Source, Status
-from service.core.records import HistoryEntry
+from service.core.records import HistoryAction, HistoryEntry
 from tests.e2e.conftest import JWT_SECRET
 from tests.support.pool import items, remember_projects, seed, set_capture
 from tests.support.processes import OUTPUT, ServiceProcess, free_port
@@ -607,7 +607,10 @@ async def test_history_and_dates_are_in_chinese_and_local_time(
     row_id = await seed(mysql_db, user_id, "周报用中文写")
     async with mysql_db.transaction() as uow:
         await uow.memories.record(
-            user_id, row_id, HistoryEntry("insert", "auto", new_content="周报用中文写"), mysql_db.now()
+            user_id,
+            row_id,
+            HistoryEntry(HistoryAction.INSERT, "auto", new_content="周报用中文写"),
+            mysql_db.now(),
         )
         await uow.commit()
     (item,) = await items(mysql_db, user_id)

@@ -336,7 +336,7 @@ class MemoryRepository:
             {
                 "memory_id": memory_id,
                 "user_id": user_id,
-                "action": entry.action,
+                "action": entry.action.value,
                 "actor": entry.actor,
                 "old_content": entry.old_content,
                 "new_content": entry.new_content,

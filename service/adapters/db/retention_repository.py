@@ -14,7 +14,8 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service.adapters.db.tables import memory_event_ledger, memory_history, memory_item
-from service.core.retention import TOUCH, Fold, HistoryRow
+from service.core.records import HistoryAction
+from service.core.retention import Fold, HistoryRow
 
 h, ledger = memory_history, memory_event_ledger
 
@@ -97,7 +98,9 @@ class RetentionRepository:
         )
         if guarded.rowcount != 1:
             return 0
-        deleted = await self.conn.execute(sa.delete(h).where(h.c.id.in_(fold.absorbed), h.c.action == TOUCH))
+        deleted = await self.conn.execute(
+            sa.delete(h).where(h.c.id.in_(fold.absorbed), h.c.action == HistoryAction.TOUCH.value)
+        )
         return int(deleted.rowcount)
 
     async def purge_history(self, user_id: int, memory_ids: Sequence[int]) -> int:
