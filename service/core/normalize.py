@@ -78,6 +78,8 @@ def hides_in_identifier(ch: str) -> bool:
 
 def identifier_problem(text: str) -> str | None:
     """Why `text` cannot be an identifier (`hides_in_identifier`), or None."""
+    if text.isascii() and text.isprintable():  # U+0020–U+007E: nothing hides there, skip the scan
+        return None
     found = next((ch for ch in text if hides_in_identifier(ch)), None)
     return (
         None
