@@ -38,8 +38,11 @@ EXPORTED = {
 # The tests a developer's walkthrough `.env` once broke, and their neighbours.
 AFFECTED = [
     "tests/unit/test_auth.py",
+    "tests/contract/test_auth.py",
     "tests/unit/test_cli.py",
+    "tests/contract/test_cli.py",
     "tests/unit/test_config.py",
+    "tests/contract/test_config.py",
     "tests/unit/test_litellm_requests.py",
     "tests/unit/test_llm_failures.py",
 ]

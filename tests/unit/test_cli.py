@@ -1,14 +1,8 @@
-"""The command line a newcomer meets first: tokens for test users, a first run without set-up, migrate."""
+"""The command line a newcomer meets first: a first run without set-up gets throwaway credentials,
+and a run with a secret or a real Kafka does not."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import tempfile
-from pathlib import Path
-
-import jwt
 import pytest
 from starlette.requests import Request
 
@@ -20,41 +14,10 @@ from service.entrypoints.http.console_routes import SIGN_IN_CODES
 SECRET = "cli-secret-cli-secret-cli-secret-0123456789"
 
 
-def cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    """The command line in a child process, on the suite's environment (tests/conftest.py) plus `env`,
-    in an empty directory: no `.env`, no local run's throwaway credentials."""
-    with tempfile.TemporaryDirectory() as cwd:
-        return subprocess.run(
-            [sys.executable, "-m", "service.entrypoints.cli", *args],
-            env={**os.environ, **env},
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-
-
 def caller(settings: Settings, token: str) -> tuple[int, frozenset[str]]:
     request = Request({"type": "http", "headers": [(b"authorization", f"Bearer {token}".encode())]})
     found = Authenticator(settings).caller(request)
     return found.user_id, found.permissions
-
-
-def test_dev_token_prints_a_token_the_service_accepts() -> None:
-    made = cli("dev-token", "--user", "42", "--admin", MEMORY_JWT_SECRET=SECRET, MEMORY_JWT_ISSUER="mao")
-    assert made.returncode == 0, made.stderr
-    token = made.stdout.strip()
-    assert jwt.decode(token, SECRET, algorithms=["HS256"], issuer="mao")["sub"] == "42"
-    settings = Settings(_env_file=None, jwt_secret=SECRET, jwt_issuer="mao")  # type: ignore[call-arg]
-    assert caller(settings, token) == (42, frozenset({"memory:read", "memory:admin"}))
-    plain = cli("dev-token", "--user", "7", MEMORY_JWT_SECRET=SECRET).stdout.strip()
-    assert caller(Settings(_env_file=None, jwt_secret=SECRET), plain) == (7, frozenset())  # type: ignore[call-arg]
-
-
-def test_dev_token_without_a_secret_says_what_is_missing() -> None:
-    made = cli("dev-token", "--user", "42")
-    assert made.returncode == 2 and "MEMORY_JWT_SECRET is not set" in made.stderr
 
 
 def test_a_first_run_on_embedded_defaults_gets_throwaway_credentials(
@@ -84,11 +47,3 @@ def test_no_throwaway_credentials_with_a_secret_or_a_real_kafka(
     settings = Settings(_env_file=None, **configured)  # type: ignore[arg-type]
     assert _with_throwaway_credentials(settings) is settings
     assert capsys.readouterr().out == ""
-
-
-def test_migrate_says_what_it_did(tmp_path: Path) -> None:
-    url = f"sqlite+aiosqlite:///{tmp_path / 'm.db'}"
-    first, second = cli("migrate", MEMORY_DATABASE_URL=url), cli("migrate", MEMORY_DATABASE_URL=url)
-    assert first.returncode == second.returncode == 0, first.stderr
-    assert "schema migrated from nothing to revision" in first.stdout
-    assert "schema already at revision" in second.stdout

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
-from service.config import ENV_FILE_VARIABLE, Settings
+from service.config import Settings
 from service.core.model import MAX_MODEL_NAME_CHARS
 from service.core.project_keys import RobotKeys
 
@@ -29,19 +27,6 @@ def test_the_ledger_outlives_the_budgets_24_hour_window() -> None:
     assert settings(retention_ledger_days=1).retention_ledger_days == 1
     with pytest.raises(ValidationError, match="retention_ledger_days"):
         settings(retention_ledger_days=0.5)
-
-
-def test_the_cli_names_the_variable_and_exits_2() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "service.entrypoints.cli", "migrate"],
-        env={"MEMORY_DEFAULT_MODEL": "x" * 129, ENV_FILE_VARIABLE: "", "PATH": ""},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 2
-    assert "MEMORY_DEFAULT_MODEL: String should have at most 128 characters" in result.stderr
 
 
 def test_robot_keys_default_to_the_platforms_channels_and_their_per_chat_prefixes() -> None:

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import stat
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,28 +15,12 @@ from service.entrypoints import dev_credentials
 SECRET = SecretStr("shared-secret-shared-secret-0123456789")
 
 
-def dead_pid() -> int:
-    child = subprocess.Popen([sys.executable, "-c", "pass"])
-    child.wait()
-    return child.pid
-
-
 def test_shared_while_the_block_runs_owner_only_and_gone_after(tmp_path: Path) -> None:
     path = tmp_path / "data" / ".dev-credentials"
     with dev_credentials.shared(SECRET, path) as sharing:
         assert sharing and stat.S_IMODE(path.stat().st_mode) == 0o600
         assert dev_credentials.running_secret(path) == (os.getpid(), SECRET)
     assert not path.exists() and dev_credentials.running_secret(path) is None
-
-
-def test_a_killed_runs_file_is_ignored_and_replaced(tmp_path: Path) -> None:
-    path = tmp_path / ".dev-credentials"
-    path.write_text(json.dumps({"pid": dead_pid(), "jwt_secret": "old"}))
-    path.chmod(0o644)
-    assert dev_credentials.running_secret(path) is None
-    with dev_credentials.shared(SECRET, path) as sharing:
-        assert sharing and stat.S_IMODE(path.stat().st_mode) == 0o600
-        assert dev_credentials.running_secret(path) == (os.getpid(), SECRET)
 
 
 def test_a_live_runs_file_is_left_to_it(tmp_path: Path) -> None:
@@ -49,22 +31,6 @@ def test_a_live_runs_file_is_left_to_it(tmp_path: Path) -> None:
         assert dev_credentials.running_secret(path) == (os.getpid(), SECRET)
 
 
-def test_dev_token_ignores_a_killed_runs_file(tmp_path: Path) -> None:
-    (tmp_path / "data").mkdir()
-    (tmp_path / "data" / ".dev-credentials").write_text(json.dumps({"pid": dead_pid(), "jwt_secret": "x"}))
-    made = subprocess.run(
-        [sys.executable, "-m", "service.entrypoints.cli", "dev-token", "--user", "42"],
-        cwd=tmp_path,
-        env=dict(os.environ),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert made.returncode == 2 and "MEMORY_JWT_SECRET is not set" in made.stderr
-    assert str(tmp_path / "data" / ".dev-credentials") in made.stderr
-
-
 def test_a_live_pid_without_the_runs_lock_is_not_a_run(tmp_path: Path) -> None:
     """After a restart the dead run's pid may belong to another process: only the lock counts."""
     path = tmp_path / ".dev-credentials"
@@ -73,21 +39,6 @@ def test_a_live_pid_without_the_runs_lock_is_not_a_run(tmp_path: Path) -> None:
     assert dev_credentials.running_secret(path) is None
     with dev_credentials.shared(SECRET, path) as sharing:
         assert sharing and dev_credentials.running_secret(path) == (os.getpid(), SECRET)
-
-
-def test_a_stale_file_is_replaced_not_written_through(tmp_path: Path) -> None:
-    """Another user's file, reached by a hard link, or a planted symbolic link gets no secret."""
-    path = tmp_path / ".dev-credentials"
-    path.write_text(json.dumps({"pid": dead_pid(), "jwt_secret": "x"}))
-    elsewhere = tmp_path / "strangers-copy"
-    os.link(path, elsewhere)
-    with dev_credentials.shared(SECRET, path) as sharing:
-        assert sharing and SECRET.get_secret_value() not in elsewhere.read_text()
-    target = tmp_path / "target"
-    path.symlink_to(target)
-    with dev_credentials.shared(SECRET, path) as sharing:
-        assert sharing and not target.exists() and not path.is_symlink()
-        assert dev_credentials.running_secret(path) == (os.getpid(), SECRET)
 
 
 def test_a_reader_trusts_only_its_own_private_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
