@@ -2,25 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from sqlalchemy.engine import make_url
 
-from tests.support import backends
-from tests.support.backends import CONTAINERS, LOCAL, BackendError, MySqlServer, choose, docker_answers
-from tests.support.processes import TansuBroker, free_port
+from tests.support.backends import CONTAINERS, LOCAL, BackendError, MySqlServer, choose
 
 
 def never_asked() -> bool:
     raise AssertionError("the default must not probe for Docker")
-
-
-@pytest.fixture
-def fresh_choice() -> Iterator[None]:
-    backends.backend.cache_clear()
-    yield
-    backends.backend.cache_clear()
 
 
 @pytest.mark.parametrize("value", [None, "", "  ", "local", "LOCAL"])
@@ -43,29 +32,6 @@ def test_containers_without_a_docker_engine_is_an_error_that_says_what_to_do() -
 def test_an_unknown_backend_is_refused_by_name() -> None:
     with pytest.raises(BackendError, match="'local' or 'containers', not 'docker'"):
         choose({"MEMORY_TEST_BACKEND": "docker"}, never_asked)
-
-
-def test_docker_answers_is_false_where_nothing_listens(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("DOCKER_HOST", f"tcp://127.0.0.1:{free_port()}")
-    assert docker_answers() is False
-
-
-def test_the_run_refuses_containers_here_rather_than_falling_back(
-    monkeypatch: pytest.MonkeyPatch, fresh_choice: None
-) -> None:
-    monkeypatch.setenv("MEMORY_TEST_BACKEND", "containers")
-    monkeypatch.setenv("DOCKER_HOST", f"tcp://127.0.0.1:{free_port()}")
-    with pytest.raises(BackendError):
-        backends.backend()
-
-
-def test_the_local_choice_gives_tansu_and_the_configured_mariadb(
-    monkeypatch: pytest.MonkeyPatch, fresh_choice: None
-) -> None:
-    monkeypatch.delenv("MEMORY_TEST_BACKEND", raising=False)
-    assert isinstance(backends.session_broker(), TansuBroker)
-    env = {"MEMORY_TEST_MYSQL_HOST": "db.internal", "MEMORY_TEST_MYSQL_PORT": "3307"}
-    assert backends.local_mysql(env) == MySqlServer("db.internal", 3307, "root", "")
 
 
 def test_a_server_url_carries_any_password_intact() -> None:
