@@ -10,7 +10,7 @@ import structlog
 from service.adapters.db.database import Database, UnitOfWork
 from service.app.caches import CaptureSwitch
 from service.core.budget import ExtractionBudget
-from service.core.injection_prompt import MemoryHint, injected, render_injection
+from service.core.injection_prompt import MemoryHint, injected, prompt_section
 from service.core.model import (
     INJECT_PROJECT_LIMIT,
     INJECT_USER_LIMIT,
@@ -215,4 +215,4 @@ class MemoryService:
                 user_id, project_key, INJECT_PROJECT_LIMIT, INJECT_USER_LIMIT
             )
         hints = injected(MemoryHint(scope, key or None, content) for scope, key, content in window)
-        return Injection(hints, render_injection(hints))
+        return Injection(hints, prompt_section(hints))

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from functools import lru_cache
 
 from service.core.model import Scope
 from service.core.normalize import clean_content, normalize, strip_identifier
@@ -25,6 +26,7 @@ def one_line(text: str) -> str:
     return clean_content(text).replace("```", "'''")
 
 
+@lru_cache(maxsize=4096)  # a user's few project keys come back on every turn
 def key_line(key: str) -> str:
     """A project key as one line of an identifier's characters (a key stored before the identifier
     rule may hold line breaks or invisible characters)."""
@@ -35,7 +37,7 @@ def injected(hints: Iterable[MemoryHint]) -> list[MemoryHint]:
     """The hints as the harness gets them in `memories`: the content and the project key as the
     prompt shows them (`one_line`, `key_line`), empty contents dropped."""
     return [
-        replace(hint, content=content, project_key=hint.project_key and key_line(hint.project_key))
+        MemoryHint(hint.scope, hint.project_key and key_line(hint.project_key), content)
         for hint in hints
         if (content := one_line(hint.content))
     ]
@@ -43,8 +45,13 @@ def injected(hints: Iterable[MemoryHint]) -> list[MemoryHint]:
 
 def render_injection(hints: Iterable[MemoryHint]) -> str:
     """Empty string when there is nothing to inject, so the harness adds no section at all."""
+    return prompt_section(injected(hints))
+
+
+def prompt_section(shown: list[MemoryHint]) -> str:
+    """The section of hints `injected` already made safe: each is made safe once per request."""
     lines = []
-    for hint in injected(hints):
+    for hint in shown:
         if hint.scope is Scope.PROJECT:
             key = (hint.project_key or "").replace("]", ")")
             lines.append(f"- [项目:{key}] {hint.content}")

@@ -90,6 +90,8 @@ def identifier_problem(text: str) -> str | None:
 
 def strip_identifier(text: str) -> str:
     """`text` without the characters an identifier must not hold."""
+    if text.isascii() and text.isprintable():
+        return text
     return "".join(ch for ch in text if not hides_in_identifier(ch))
 
 

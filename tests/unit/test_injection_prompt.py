@@ -1,7 +1,14 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from service.core.injection_prompt import HEADING, PREAMBLE, MemoryHint, injected, render_injection
+from service.core.injection_prompt import (
+    HEADING,
+    PREAMBLE,
+    MemoryHint,
+    injected,
+    prompt_section,
+    render_injection,
+)
 from service.core.model import Scope
 from service.core.normalize import hostile_character, identifier_problem
 
@@ -71,3 +78,12 @@ def test_a_stored_project_key_is_injected_as_the_prompt_shows_it() -> None:
     [hint] = injected([MemoryHint(Scope.PROJECT, "ma\no\u2028x\t\u200by\x1c", "该仓库测试用 Vitest")])
     assert hint.project_key == "ma o x y"
     assert render_injection([hint]).split("\n")[2] == "- [项目:ma o x y] 该仓库测试用 Vitest"
+
+
+@given(st.lists(st.tuples(st.sampled_from(list(Scope)), st.none() | st.text(), st.text()), max_size=4))
+def test_one_pass_makes_hints_safe_for_good(raw: list[tuple[Scope, str | None, str]]) -> None:
+    """The service renders the hints `injected` made safe without making them safe again."""
+    hints = [MemoryHint(scope, key, content) for scope, key, content in raw]
+    once = injected(hints)
+    assert injected(once) == once
+    assert prompt_section(once) == render_injection(hints)
