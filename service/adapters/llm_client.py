@@ -41,6 +41,7 @@ from service.adapters.structured_output import (
     refuses_mode,
     response_format,
 )
+from service.core.backoff import Backoff
 
 __all__ = [
     "AnswerShape",
@@ -121,7 +122,8 @@ class LlmClient:
         self._api_key = api_key or ("none" if api_base else None)
         self._timeout_s = timeout_s
         self._max_retries = max_retries
-        self._retry_base_s = retry_base_s
+        # Between an outage's tries: retry_base_s, doubling, each times a factor in [0.5, 1.5).
+        self._retry_backoff = Backoff(retry_base_s, jitter=1.0)
         self._breaker = breaker or CircuitBreaker(threshold=5, open_s=5, max_open_s=60)
         self._configured = structured_output
         self._effort = reasoning_effort
@@ -281,20 +283,24 @@ class LlmClient:
         return answer
 
     async def _with_retries(self, call: _Call, mode: StructuredOutput) -> LlmAnswer:
-        attempt = 0
+        """An outage is tried again at most `max_retries` times, after the provider's Retry-After or
+        else the next wait of `_retry_backoff`; any other failure, and the last one, is raised."""
+        waits, retries = self._retry_backoff.delays(random.random), 0
         while True:
             try:
                 return await self._once(call, mode)
             except Exception as exc:
                 error = exc if isinstance(exc, LlmError) else classify(exc)
-                if error.failure is not FailureClass.OUTAGE or attempt >= self._max_retries:
+                if error.failure is not FailureClass.OUTAGE or retries >= self._max_retries:
                     self._metrics.llm_calls.labels(call.purpose, error.kind).inc()
                     if error is exc:
                         raise
                     raise error from exc
             self._metrics.llm_retries.labels(call.purpose).inc()
-            await asyncio.sleep(self._retry_delay(error, attempt))
-            attempt += 1
+            # A wait is taken on every retry: the n-th one's is base × 2^n, after a Retry-After too.
+            delay = next(waits)
+            await asyncio.sleep(delay if error.retry_after is None else error.retry_after)
+            retries += 1
 
     async def _once(self, call: _Call, mode: StructuredOutput) -> LlmAnswer:
         purpose, model, messages = call.purpose, call.model, call.messages
@@ -399,8 +405,3 @@ class LlmClient:
             except Exception:
                 self._prices[model] = None
         return self._prices[model]
-
-    def _retry_delay(self, error: LlmError, attempt: int) -> float:
-        if error.retry_after is not None:
-            return error.retry_after
-        return float(self._retry_base_s * (2**attempt) * (0.5 + random.random()))

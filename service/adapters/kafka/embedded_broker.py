@@ -10,7 +10,12 @@ import time
 
 import structlog
 
+from service.core.backoff import Backoff
+
 log = structlog.get_logger(__name__)
+
+# Whether the broker listens yet is asked every 0.1 s, until `start`'s timeout_s.
+START_POLL = Backoff(0.1, factor=1.0)
 
 
 class PortTaken(Exception):
@@ -42,7 +47,7 @@ class EmbeddedBroker:
             # once its work is committed, rather than the broker dying under it.
             start_new_session=True,
         )
-        deadline = time.monotonic() + timeout_s
+        deadline, waits = time.monotonic() + timeout_s, START_POLL.delays()
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
                 raise RuntimeError(f"embedded broker exited with code {self._process.returncode}")
@@ -50,7 +55,7 @@ class EmbeddedBroker:
                 if self._process.poll() is None:
                     log.info("embedded_broker_started", bootstrap=self.bootstrap)
                     return
-            time.sleep(0.1)
+            time.sleep(next(waits))
         self.stop()
         raise RuntimeError(f"embedded broker did not listen on {self.bootstrap} within {timeout_s}s")
 
