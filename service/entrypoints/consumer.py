@@ -16,6 +16,8 @@ from aiokafka import ConsumerRecord
 from service.adapters.db.errors import is_transient
 from service.adapters.kafka.dead_letters import (
     ERROR,
+    ORIGINAL_ERROR,
+    ORIGINAL_REASON,
     REASON,
     DeadLetterPublisher,
     Headers,
@@ -24,6 +26,7 @@ from service.adapters.kafka.dead_letters import (
     header,
     refused_for_good,
     verdict,
+    verdict_only,
 )
 from service.adapters.kafka.record_reader import UNDECODABLE
 from service.adapters.llm_failures import FailureClass
@@ -260,14 +263,14 @@ class EventProcessor:
             refusal = await self._publish_dead_letter(value, key, headers)
             if refusal is not None:  # the last resort: the verdict and the coordinates alone
                 value, key = None, None
-                headers = [(k, v) for k, v in headers if k.startswith(("x-dlq-", "x-original-"))]
+                headers = verdict_only(headers)
                 refusal = await self._publish_dead_letter(value, key, headers)
             if refusal is not None:
                 self._metrics.dead_letters_lost.inc()
                 log.error(
                     "dead_letter_lost",
-                    reason=header(headers, "x-dlq-original-reason"),
-                    error=(header(headers, "x-dlq-original-error") or "")[:300],
+                    reason=header(headers, ORIGINAL_REASON),
+                    error=(header(headers, ORIGINAL_ERROR) or "")[:300],
                     **coordinates,
                 )
                 return

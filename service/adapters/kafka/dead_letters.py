@@ -1,4 +1,9 @@
-"""The dead-letter topic: its header contract, and the one producer that publishes to it.
+"""The dead-letter contract, both ways, and the one producer of the dead-letter path.
+
+The header names and the functions that build them (a copy with its verdict, a stub, the last
+resort) and read them back (a replay's key and headers) are here and nowhere else; the consumer
+writes dead letters and `replay` reads them through these. `DeadLetterPublisher` is the one producer:
+it publishes the consumer's dead letters to the DLQ and a replay's messages to the main topic.
 
 A dead letter is a faithful copy of the record: the same key and value (a record without a value stays
 without one), and the original headers as bytes, in order, a null value still null. The verdict and
@@ -38,10 +43,16 @@ ORIGINAL_TOPIC, ORIGINAL_PARTITION, ORIGINAL_OFFSET = (
     "x-original-partition",
     "x-original-offset",
 )
+# A stub's own headers: the verdict of the dead letter it stands for, and the payload's hash and size.
+ORIGINAL_REASON, ORIGINAL_ERROR = "x-dlq-original-reason", "x-dlq-original-error"
+PAYLOAD_SHA256, PAYLOAD_BYTES = "x-dlq-payload-sha256", "x-dlq-payload-bytes"
+HEADERS_DROPPED = "x-dlq-headers-dropped"
 RAW_KEY_PREFIX = "x-dlq-raw-key:"
 # Kafka clients refuse a record with neither key nor value: such a dead letter carries an empty key
 # and this header, and a replay restores the missing key.
 NULL_KEY = "x-dlq-null-key"
+# Added by a replay to the main topic: how many times the event has been replayed.
+REPLAY_COUNT = "x-replay-count"
 # A stub must fit where its original did not: each original header value is cut to this, and the
 # headers kept in order up to the total (the rest counted in `x-dlq-headers-dropped`).
 STUB_HEADER_BYTES = 1024
@@ -113,10 +124,10 @@ def dead_letter_stub(value: bytes | None, headers: Headers, refusal: BaseExcepti
     kept += [
         (REASON, reason.value.encode()),
         (ERROR, f"{type(refusal).__name__}: {refusal}"[:MAX_ERROR_CHARS].encode("utf-8", "replace")),
-        ("x-dlq-original-reason", (header(headers, REASON) or "").encode()),
-        ("x-dlq-original-error", (header(headers, ERROR) or "")[:STUB_HEADER_BYTES].encode()),
-        ("x-dlq-payload-sha256", digest.encode()),
-        ("x-dlq-payload-bytes", str(len(payload)).encode()),
+        (ORIGINAL_REASON, (header(headers, REASON) or "").encode()),
+        (ORIGINAL_ERROR, (header(headers, ERROR) or "")[:STUB_HEADER_BYTES].encode()),
+        (PAYLOAD_SHA256, digest.encode()),
+        (PAYLOAD_BYTES, str(len(payload)).encode()),
         (STUB, b"1"),
     ]
     return json.dumps(body).encode(), kept
@@ -130,13 +141,39 @@ def _bounded(headers: Headers) -> Headers:
         cut = value[:STUB_HEADER_BYTES] if value is not None else None
         size += len(name.encode("utf-8")) + len(cut or b"")
         if size > STUB_HEADERS_TOTAL_BYTES:
-            return [*kept, ("x-dlq-headers-dropped", str(len(headers) - len(kept)).encode())]
+            return [*kept, (HEADERS_DROPPED, str(len(headers) - len(kept)).encode())]
         kept.append((name, cut))
     return kept
 
 
+def verdict_only(headers: Headers) -> Headers:
+    """The last resort when even the stub is refused: the verdict and the coordinates alone."""
+    return [(k, v) for k, v in headers if k.startswith(("x-dlq-", "x-original-"))]
+
+
+def with_null_key(value: bytes | None, key: bytes | None, headers: Headers) -> tuple[bytes | None, Headers]:
+    """The key and headers a message is published with: one with neither key nor value, which Kafka
+    clients refuse, gets an empty key and NULL_KEY."""
+    if key is None and value is None:
+        return b"", [*headers, (NULL_KEY, b"1")]
+    return key, headers
+
+
+def replayed(value: bytes | None, key: bytes | None, headers: Headers) -> tuple[bytes | None, Headers]:
+    """The key and headers a dead letter goes back to the main topic with: a key the record did not
+    have is removed again (unless it had no value either: no client sends that), and the headers are
+    the original ones without the verdict, counting the replays."""
+    if header(headers, NULL_KEY) and value is not None:
+        key = None
+    count = header(headers, REPLAY_COUNT) or "0"
+    kept = [(k, v) for k, v in headers if k not in {REASON, ERROR, REPLAY_COUNT, NULL_KEY}]
+    return key, [*kept, (REPLAY_COUNT, str(int(count) + 1 if count.isdigit() else 1).encode())]
+
+
 class DeadLetterPublisher:
-    """Idempotence stays off: Tansu rejects InitProducerId, and the DLQ tolerates a duplicate."""
+    """The one producer of the dead-letter path, to one topic: the DLQ for the consumer's dead letters,
+    the main topic for a replay. Idempotence stays off: Tansu rejects InitProducerId, the DLQ
+    tolerates a duplicate, and the ledger makes a replayed duplicate a skip."""
 
     def __init__(self, bootstrap: str, topic: str, max_request_size: int = MAX_DLQ_MESSAGE_BYTES) -> None:
         self.topic = topic
@@ -155,8 +192,7 @@ class DeadLetterPublisher:
 
     async def publish(self, value: bytes | None, key: bytes | None, headers: Headers) -> None:
         """Returns once the broker has acknowledged the message, so the source offset may be committed."""
-        if key is None and value is None:
-            key, headers = b"", [*headers, (NULL_KEY, b"1")]
+        key, headers = with_null_key(value, key, headers)
         await self._producer.send_and_wait(self.topic, value, key=key, headers=headers)
 
     async def ping(self, timeout_s: float) -> bool:

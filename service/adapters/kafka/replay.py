@@ -2,11 +2,11 @@
 
 The DLQ is read from its beginning to the end offsets seen at the start (a fixed snapshot, no
 consumer group, nothing committed). Each selected message goes to the main topic with its key and
-headers, minus the dead-letter reason and error, plus `x-replay-count`. A stub (a dead letter the
-DLQ refused, kept as its coordinates and a hash) has no payload to replay and is only counted. The
-ledger still makes a replayed event that was already applied a duplicate, so replaying twice is
-harmless. Headers go back as bytes, in order, null values null; a record without a value is replayed
-without one.
+headers, minus the dead-letter reason and error, plus `x-replay-count` (`dead_letters.replayed`),
+through the consumer's own producer class. A stub (a dead letter the DLQ refused, kept as its
+coordinates and a hash) has no payload to replay and is only counted. The ledger still makes a
+replayed event that was already applied a duplicate, so replaying twice is harmless. Headers go back
+as bytes, in order, null values null; a record without a value is replayed without one.
 """
 
 from __future__ import annotations
@@ -16,12 +16,17 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
 from service.adapters.kafka import record_reader
-from service.adapters.kafka.dead_letters import ERROR, NULL_KEY, REASON, STUB, Headers, header
-
-COUNT = "x-replay-count"
+from service.adapters.kafka.dead_letters import (
+    REASON,
+    STUB,
+    DeadLetterPublisher,
+    Headers,
+    header,
+    replayed,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,13 +38,6 @@ class Selection:
         if self.reason is not None and header(headers, REASON) != self.reason:
             return False
         return self.since is None or timestamp_ms >= self.since.timestamp() * 1000
-
-
-def replayed_headers(headers: Headers) -> Headers:
-    """The original headers, without the dead-letter verdict, counting the replays."""
-    count = header(headers, COUNT) or "0"
-    kept = [(k, v) for k, v in headers if k not in {REASON, ERROR, COUNT, NULL_KEY}]
-    return [*kept, (COUNT, str(int(count) + 1 if count.isdigit() else 1).encode())]
 
 
 @dataclass
@@ -69,9 +67,9 @@ async def replay_dead_letters(
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap.split(","), enable_auto_commit=False, group_id=None
     )
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap.split(","), enable_idempotence=False)
+    publisher = DeadLetterPublisher(bootstrap, topic)
     await consumer.start()
-    await producer.start()
+    await publisher.start()
     try:
         partitions = [
             TopicPartition(dlq_topic, p) for p in sorted(consumer.partitions_for_topic(dlq_topic) or [])
@@ -95,18 +93,17 @@ async def replay_dead_letters(
             for tp, records in batch.items():
                 for record in records:
                     if record.offset < end[tp]:
-                        await _replay_one(record, topic, producer, selection, report, dry_run)
+                        await _replay_one(record, publisher, selection, report, dry_run)
             pending = {tp for tp in pending if await consumer.position(tp) < end[tp]}
     finally:
         await consumer.stop()
-        await producer.stop()
+        await publisher.stop()
     return report
 
 
 async def _replay_one(
     record: ConsumerRecord[bytes, bytes],
-    topic: str,
-    producer: AIOKafkaProducer,
+    publisher: DeadLetterPublisher,
     selection: Selection,
     report: ReplayReport,
     dry_run: bool,
@@ -122,6 +119,5 @@ async def _replay_one(
     report.replayed += 1
     if dry_run:
         return
-    # A record that had no key gets it back, unless it had no value either (no client sends that).
-    key = None if header(headers, NULL_KEY) and record.value is not None else record.key
-    await producer.send_and_wait(topic, record.value, key=key, headers=replayed_headers(headers))
+    key, headers = replayed(record.value, record.key, headers)
+    await publisher.publish(record.value, key, headers)
