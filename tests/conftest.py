@@ -8,6 +8,7 @@ import itertools
 import os
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -62,6 +63,33 @@ _hermetic_environment()
 hypothesis_settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI"):
     hypothesis_settings.load_profile("ci")
+
+# Markers the suite sets itself, so that `-m` picks a loop: `make test-fast` runs
+# `-m "(unit or sqlite) and not mysql and not broker and not slow"`. `unit`: the test is under
+# tests/unit. `sqlite`: its id names SQLite (the `sqlite` parameter of a dialect, or its name).
+# `mysql` and `broker`: a fixture it uses, directly or through others, needs MariaDB or a broker, or a
+# parameter picks MySQL as its dialect; a test that opens MariaDB in its body carries `mysql` itself.
+UNIT = Path(__file__).parent / "unit"
+MYSQL_FIXTURES = {"mariadb", "mysql_db", "aiomysql_db"}
+MYSQL_PARAMETERS = {"mysql", "aiomysql"}
+BROKER_FIXTURES = {"broker"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        callspec = getattr(item, "callspec", None)
+        parameters = list(callspec.params.values()) if callspec is not None else []
+        if item.path.is_relative_to(UNIT):
+            item.add_marker(pytest.mark.unit)
+        if "sqlite" in item.name:
+            item.add_marker(pytest.mark.sqlite)
+        if fixtures & MYSQL_FIXTURES or any(isinstance(p, str) and p in MYSQL_PARAMETERS for p in parameters):
+            item.add_marker(pytest.mark.mysql)
+        if fixtures & BROKER_FIXTURES:
+            item.add_marker(pytest.mark.broker)
+
 
 T = TypeVar("T")
 # Ids 10,000 apart: a test may use a block of consecutive users without meeting another test's.

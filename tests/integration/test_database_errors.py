@@ -304,6 +304,7 @@ async def test_sqlite_busy_is_transient_and_a_missing_table_is_not(tmp_path: Pat
     assert error_code(missing) == ("sqlite", 1) and not is_transient(missing)
 
 
+@pytest.mark.mysql  # a database of its own on MariaDB
 async def test_an_unknown_column_reaches_the_dlq_after_three_tries_instead_of_wedging(
     make_handler: HandlerFactory, llm: ScriptedLlm, user_id: int
 ) -> None:

@@ -18,6 +18,7 @@ from service.config import Settings
 from tests.support.processes import MariaDbDatabase
 
 
+@pytest.mark.mysql  # a database of its own on MariaDB
 async def test_a_database_behind_the_code_or_without_a_schema_is_named_as_such(tmp_path: Path) -> None:
     behind = MariaDbDatabase().create("0002")
     empty = Database(build_engine(f"sqlite+aiosqlite:///{tmp_path / 'empty.db'}", 1))
