@@ -8,7 +8,7 @@ RUNTIME_STAMP := $(VENV)/.runtime-stamp
 DEV_STAMP := $(VENV)/.dev-stamp
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: install run test faults simulate test-model lint unit schemas bench clean screenshots
+.PHONY: install run test test-fast faults simulate test-model lint unit schemas bench clean screenshots
 
 $(RUNTIME_STAMP): pyproject.toml
 	@echo "mao-memory: installing the service's dependencies into $(VENV) (once; pip lists each package)"
@@ -67,6 +67,11 @@ lint: install
 
 unit: install
 	$(BIN)/pytest tests/unit
+
+## The fast loop, without MariaDB or a broker, in under a minute: the unit tests and the integration
+## tests on SQLite, but those marked slow (markers: tests/conftest.py, docs/testing.md).
+test-fast: install
+	$(BIN)/pytest tests/unit tests/integration -m "(unit or sqlite) and not mysql and not broker and not slow"
 
 ## The console's and /docs' screenshots in docs/screenshots (needs MariaDB and Chromium, like `make test`).
 screenshots: install

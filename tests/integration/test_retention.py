@@ -303,6 +303,7 @@ async def seed_large(db: Database) -> None:
         await uow.commit()
 
 
+@pytest.mark.slow  # a volume run: `make test-fast` leaves it out
 async def test_a_run_over_100k_ledger_and_50k_history_rows(fresh_db: Database) -> None:
     """Figures go to tests/output/retention-<dialect>.json. While it runs, a writer takes one user's lock
     over and over, as extraction does: how long it waited is the time the job kept a user locked."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime, timedelta
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -246,6 +247,7 @@ def active_facts(rows: list[MemoryRow]) -> set[str]:
     return set().union(set(), *(facts(r.content) for r in rows if r.status is Status.ACTIVE))
 
 
+@pytest.mark.slow  # hundreds of examples: `make test-fast` leaves it out
 @settings(max_examples=1000, deadline=None)
 @given(scenario=scenarios())
 def test_an_applied_plan_never_loses_a_fact_whatever_changed_meanwhile(

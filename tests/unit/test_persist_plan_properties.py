@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime, timedelta
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -65,6 +66,7 @@ candidates = st.builds(
 )
 
 
+@pytest.mark.slow  # hundreds of examples: `make test-fast` leaves it out
 @settings(max_examples=400, deadline=None)
 @given(
     pool=pools(),

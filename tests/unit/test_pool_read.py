@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -39,6 +40,7 @@ def fetched(pool: list[MemoryRow], query: PoolQuery) -> list[MemoryRow]:
     return list(rows.values())
 
 
+@pytest.mark.slow  # hundreds of examples: `make test-fast` leaves it out
 @settings(max_examples=500, deadline=None)
 @given(
     pool=pools(),
