@@ -114,8 +114,10 @@ class LlmClient:
         max_connections: int = 64,
         reasoning_effort: str | None = None,
         reasoning_tokens: int = DEFAULT_REASONING_TOKENS,
+        defer_import: bool = False,
     ) -> None:
-        self._litellm = import_litellm()
+        # litellm takes seconds to import: `defer_import` leaves it to `load` (or the first call).
+        self._library: Any = None if defer_import else import_litellm()
         self._metrics = metrics
         self._api_base = api_base
         # A local OpenAI-compatible server needs no key, but the OpenAI client refuses to send none.
@@ -148,6 +150,17 @@ class LlmClient:
         # Per status: the callers rejected with it since the last answer (a revoked key, a retired
         # model, a model still being pulled reject every caller alike).
         self._rejecting: dict[int | None, set[Hashable]] = {}
+
+    def load(self) -> Any:
+        """litellm, imported now if construction deferred it: the process loads it as it starts
+        consuming, once its HTTP server answers, rather than in the first call."""
+        if self._library is None:
+            self._library = import_litellm()
+        return self._library
+
+    @property
+    def _litellm(self) -> Any:
+        return self.load()
 
     @property
     def successes(self) -> int:

@@ -183,9 +183,11 @@ class DeadLetterPublisher:
             max_request_size=max_request_size,
             client_id="mao-memory",
         )
+        self._started = False
 
     async def start(self) -> None:
         await self._producer.start()
+        self._started = True
 
     async def stop(self) -> None:
         await self._producer.stop()
@@ -196,7 +198,10 @@ class DeadLetterPublisher:
         await self._producer.send_and_wait(self.topic, value, key=key, headers=headers)
 
     async def ping(self, timeout_s: float) -> bool:
-        """The cluster answers a metadata request (the readiness check of the broker)."""
+        """The cluster answers a metadata request (the readiness check of the broker). A publisher not
+        started yet asks nothing: its client knows no broker, and would log an error on each probe."""
+        if not self._started:
+            return False
         try:
             await asyncio.wait_for(self._producer.client.fetch_all_metadata(), timeout_s)
         except Exception:

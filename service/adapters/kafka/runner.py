@@ -116,6 +116,11 @@ class KeyOrderedRunner(Generic[Item]):
             await self._drain_all()
             await self._consumer.stop()
 
+    async def close(self) -> None:
+        """Release the consumer when `run` never started (a start-up that failed before it); after
+        `run`, which stops the consumer itself, this does nothing."""
+        await self._consumer.stop()
+
     async def _poll_once(self) -> None:
         room = self._max_buffered - self._buffered
         if room <= 0 or (self._paused and self._buffered > self._resume_at):
