@@ -1,19 +1,13 @@
-"""The composition root: the one place that builds adapters from `Settings` and wires them together."""
+"""The composition root: the one place that builds adapters from `Settings` and wires them into the
+object graph of a mode, a `Service`; `service.entrypoints.process` runs it."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import gc
 import logging
-import signal
 import sys
-from dataclasses import dataclass, field
 from datetime import timedelta
-from enum import StrEnum
 
 import structlog
-import uvicorn
 from aiokafka import AIOKafkaConsumer
 from fastapi import FastAPI
 
@@ -23,7 +17,6 @@ from service.adapters.db.engine import build_engine, head_revision
 from service.adapters.kafka.dead_letters import DeadLetterPublisher
 from service.adapters.kafka.embedded_broker import EmbeddedBroker
 from service.adapters.kafka.runner import KeyOrderedRunner
-from service.adapters.kafka.topics import ensure_topics
 from service.adapters.llm_client import LlmClient, StructuredOutput
 from service.adapters.metrics import Metrics
 from service.app.caches import CaptureSwitch, ProjectRecorder
@@ -34,19 +27,13 @@ from service.config import Settings
 from service.entrypoints.consumer import EventProcessor, Received
 from service.entrypoints.http.app import create_app
 from service.entrypoints.http.ops import Check
-from service.entrypoints.http.server import server_config
+from service.entrypoints.process import Consumption, Mode, Service
 
 log = structlog.get_logger(__name__)
 
 # Records taken from Kafka but not finished, per LLM slot: lets skip-path events of other sessions
 # flow past LLM-bound ones while keeping memory bounded.
 BUFFER_PER_SLOT = 8
-
-
-class Mode(StrEnum):
-    RUN = "run"
-    WORKER = "worker"
-    API = "api"
 
 
 def configure_logging(level: str) -> None:
@@ -81,31 +68,33 @@ def configure_logging(level: str) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-@dataclass
-class Container:
-    settings: Settings
-    metrics: Metrics
-    db: Database
-    capture: CaptureSwitch
-    embedded: EmbeddedBroker | None = None
-    bootstrap: str | None = None
-    runner: KeyOrderedRunner[Received] | None = None
-    dead_letters: DeadLetterPublisher | None = None
-    consolidator: Consolidator | None = None
-    closers: list[object] = field(default_factory=list)
-
-
-def build_container(settings: Settings) -> Container:
-    """Nothing connects here: engines and clients open lazily, so building is cheap and testable."""
+def build_service(settings: Settings, mode: Mode) -> Service:
+    """Nothing connects here: engines and clients open lazily or when the process starts them, so
+    building is cheap and testable. Outside `api` mode it runs in the event loop, as aiokafka's
+    clients must be made there."""
     metrics = Metrics()
-    db = Database(
+    db = build_database(settings)
+    capture = CaptureSwitch(db, settings.capture_cache_ttl_s)
+    consumption = None if mode is Mode.API else build_consumption(settings, metrics, db, capture)
+    periodic = mode is not Mode.API and settings.retention_interval_hours > 0
+    return Service(
+        settings=settings,
+        mode=mode,
+        metrics=metrics,
+        db=db,
+        capture=capture,
+        http=build_http(settings, metrics, db, capture, consumption, include_api=mode is not Mode.WORKER),
+        consumption=consumption,
+        retention=build_retention(settings, db, metrics) if periodic else None,
+    )
+
+
+def build_database(settings: Settings) -> Database:
+    return Database(
         build_engine(settings.database_url, settings.database_pool_size),
         None
         if settings.database_url.startswith("sqlite")
         else build_engine(settings.database_url, settings.database_pool_size, autocommit=True),
-    )
-    return Container(
-        settings=settings, metrics=metrics, db=db, capture=CaptureSwitch(db, settings.capture_cache_ttl_s)
     )
 
 
@@ -136,49 +125,40 @@ def build_llm(settings: Settings, metrics: Metrics) -> LlmClient:
         max_connections=settings.max_in_flight,
         reasoning_effort=settings.llm_reasoning_effort,
         reasoning_tokens=settings.llm_reasoning_tokens,
+        defer_import=True,  # loaded by the process once its HTTP server answers
     )
 
 
-async def start_consumer(container: Container) -> None:
-    settings = container.settings
-    if settings.kafka_bootstrap is None:
-        container.embedded = EmbeddedBroker(settings.embedded_kafka_port)
-        await container.embedded.start_async()
-        container.bootstrap = container.embedded.bootstrap
-    else:
-        container.bootstrap = settings.kafka_bootstrap
-    if settings.kafka_create_topics:
-        await ensure_topics(
-            container.bootstrap, [settings.kafka_topic, settings.dlq_topic], settings.kafka_partitions
-        )
-    dead_letters = container.dead_letters = DeadLetterPublisher(container.bootstrap, settings.dlq_topic)
-    await dead_letters.start()
-    container.closers.append(dead_letters)
-    llm = build_llm(settings, container.metrics)
-    container.closers.append(llm)
+def build_consumption(
+    settings: Settings, metrics: Metrics, db: Database, capture: CaptureSwitch
+) -> Consumption:
+    broker, bootstrap = None, settings.kafka_bootstrap
+    if bootstrap is None:
+        broker = EmbeddedBroker(settings.embedded_kafka_port)
+        bootstrap = broker.bootstrap
+    dead_letters = DeadLetterPublisher(bootstrap, settings.dlq_topic)
+    llm = build_llm(settings, metrics)
     handler = ExtractionHandler(
-        container.db,
+        db,
         llm,
-        container.metrics,
+        metrics,
         settings,
-        container.capture,
-        ProjectRecorder(container.db),
+        capture,
+        ProjectRecorder(db),
         slots=ExtractionSlots.of(settings.max_in_flight, settings.database_pool_size),
     )
-    container.consolidator = Consolidator(
-        container.db, llm, container.metrics, thresholds(settings), settings.llm_consolidation_max_tokens
-    )
+    consolidator = Consolidator(db, llm, metrics, thresholds(settings), settings.llm_consolidation_max_tokens)
     processor = EventProcessor(
         handler,
         dead_letters,
-        container.metrics,
-        after_commit=container.consolidator.schedule,
+        metrics,
+        after_commit=consolidator.schedule,
         model_successes=lambda: llm.successes,
         model_failures=lambda: llm.failures,
         event_failures=settings.llm_event_failures,
     )
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=container.bootstrap.split(","),
+        bootstrap_servers=bootstrap.split(","),
         group_id=settings.kafka_group_id,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
@@ -188,195 +168,68 @@ async def start_consumer(container: Container) -> None:
         fetch_max_bytes=32 * 1024 * 1024,
         client_id="mao-memory",
     )
-    container.runner = KeyOrderedRunner(
+    runner = KeyOrderedRunner(
         consumer,
         settings.kafka_topic,
         processor,
-        container.metrics,
+        metrics,
         max_buffered=settings.max_in_flight * BUFFER_PER_SLOT,
         grace_s=settings.shutdown_grace_s,
     )
+    return Consumption(bootstrap, broker, dead_letters, llm, consolidator, runner)
 
 
-def build_retention(container: Container) -> RetentionJob:
-    settings = container.settings
+def build_retention(settings: Settings, db: Database, metrics: Metrics) -> RetentionJob:
     horizons = Horizons(
         ledger=timedelta(days=settings.retention_ledger_days),
         deleted_history=timedelta(days=settings.retention_deleted_history_days),
     )
-    return RetentionJob(container.db, container.metrics, horizons)
+    return RetentionJob(db, metrics, horizons)
 
 
 async def run_retention_once(settings: Settings) -> RetentionReport:
-    container = build_container(settings)
+    db = build_database(settings)
     try:
-        return await build_retention(container).run_once()
+        return await build_retention(settings, db, Metrics()).run_once()
     finally:
-        await container.db.dispose()
+        await db.dispose()
 
 
-def build_http(container: Container, mode: Mode) -> FastAPI:
-    checks = {"database": _db_check(container)}
-    if mode is not Mode.API:
-        checks["broker"] = _broker_check(container)
-        checks["consumer"] = _consumer_check(container)
-    return create_app(
-        container.settings,
-        container.metrics,
-        container.db,
-        container.capture,
-        include_api=mode is not Mode.WORKER,
-        checks=checks,
-    )
+def build_http(
+    settings: Settings,
+    metrics: Metrics,
+    db: Database,
+    capture: CaptureSwitch,
+    consumption: Consumption | None,
+    include_api: bool,
+) -> FastAPI:
+    checks = {"database": _db_check(db)}
+    if consumption is not None:
+        checks["broker"] = _broker_check(consumption.dead_letters)
+        checks["consumer"] = _consumer_check(consumption.runner)
+    return create_app(settings, metrics, db, capture, include_api=include_api, checks=checks)
 
 
-def _db_check(container: Container) -> Check:
+def _db_check(db: Database) -> Check:
     """The database answers and holds the schema this code needs."""
     wanted = head_revision()
 
     async def check() -> bool:
-        await container.db.require_current_schema(wanted)
+        await db.require_current_schema(wanted)
         return True
 
     return check
 
 
-def _broker_check(container: Container) -> Check:
+def _broker_check(dead_letters: DeadLetterPublisher) -> Check:
     async def check() -> bool:
-        publisher = container.dead_letters
-        return publisher is not None and await publisher.ping(1.5)
+        return await dead_letters.ping(1.5)
 
     return check
 
 
-def _consumer_check(container: Container) -> Check:
+def _consumer_check(runner: KeyOrderedRunner[Received]) -> Check:
     async def check() -> bool:
-        return container.runner is not None and container.runner.alive
+        return runner.alive
 
     return check
-
-
-class EmbeddedBrokerDied(RuntimeError):
-    pass
-
-
-class ConsumerDied(RuntimeError):
-    """The consumer ended without being asked to: the process exits non-zero so it is restarted."""
-
-
-class _Housekeeping:
-    """The background tasks beside the consumer: periodic retention, and the embedded broker's watch
-    (if it exits, nothing is consumed any more, so the service stops and exits non-zero)."""
-
-    def __init__(self) -> None:
-        self._tasks: list[asyncio.Task[None]] = []
-        self.broker_died = False
-
-    def start(self, container: Container, mode: Mode, stop: asyncio.Event) -> None:
-        if container.embedded is not None:
-            self._tasks.append(asyncio.create_task(self._watch(container.embedded, stop)))
-        hours = container.settings.retention_interval_hours
-        if mode is not Mode.API and hours > 0:
-            job = build_retention(container).run_forever(stop, timedelta(hours=hours))
-            self._tasks.append(asyncio.create_task(job))
-
-    async def stop(self) -> None:
-        """A retention run in progress is cut between its small transactions; the next one picks up."""
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-
-    async def _watch(self, broker: EmbeddedBroker, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            if not broker.alive:
-                log.error("embedded_broker_died", bootstrap=broker.bootstrap)
-                self.broker_died = True
-                stop.set()
-                return
-            await asyncio.sleep(1.0)
-
-
-class _Server(uvicorn.Server):
-    def capture_signals(self):  # type: ignore[no-untyped-def]
-        """Signals belong to `serve_forever`, which stops the consumer before the HTTP side."""
-        return contextlib.nullcontext()
-
-
-async def serve_forever(settings: Settings, mode: Mode) -> None:
-    container = build_container(settings)
-    try:
-        # Refuse to start on a database without the current schema: every event would fail on it.
-        await container.db.require_current_schema(head_revision())
-    except BaseException:
-        await container.db.dispose()
-        raise
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    server = _Server(server_config(build_http(container, mode), settings))
-    http_task = asyncio.create_task(server.serve())
-    consumer_task: asyncio.Task[None] | None = None
-    consumer_died: ConsumerDied | None = None
-    housekeeping = _Housekeeping()
-    try:
-        if mode is not Mode.API:
-            await start_consumer(container)
-        # Everything imported and built so far lives as long as the process: leave it out of every
-        # later collection, which would otherwise rescan litellm's and pydantic's module graphs.
-        gc.freeze()
-        if container.runner is not None:
-            consumer_task = asyncio.create_task(container.runner.run(stop))
-        housekeeping.start(container, mode, stop)
-        log.info(
-            "service_started", mode=mode.value, http_port=settings.http_port, bootstrap=container.bootstrap
-        )
-        consumer_died = await _until_stopped(stop, http_task, consumer_task, container.metrics)
-    finally:
-        stop.set()
-        if consumer_task is not None:
-            await asyncio.gather(consumer_task, return_exceptions=True)
-        await housekeeping.stop()
-        if container.consolidator is not None:
-            await container.consolidator.close(settings.shutdown_grace_s)
-        server.should_exit = True
-        await asyncio.gather(http_task, return_exceptions=True)
-        for closer in container.closers:
-            with contextlib.suppress(Exception):
-                await closer.stop()  # type: ignore[attr-defined]
-        await container.db.dispose()
-        if container.embedded is not None:
-            container.embedded.stop()
-        log.info("service_stopped")
-    if consumer_died is not None:
-        raise consumer_died
-    if housekeeping.broker_died:
-        raise EmbeddedBrokerDied("the embedded broker exited; the service stopped with it")
-
-
-async def _until_stopped(
-    stop: asyncio.Event,
-    http_task: asyncio.Task[None],
-    consumer_task: asyncio.Task[None] | None,
-    metrics: Metrics,
-) -> ConsumerDied | None:
-    """Wait for a stop request, the HTTP server's end or the consumer's; the consumer never ends
-    quietly: an end nobody asked for is returned, to be raised once everything is shut down."""
-    waiters: list[asyncio.Future[object]] = [asyncio.ensure_future(stop.wait()), http_task]  # type: ignore[list-item]
-    if consumer_task is not None:
-        waiters.append(consumer_task)  # type: ignore[arg-type]
-    await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-    if consumer_task is None or not consumer_task.done() or stop.is_set():
-        return None
-    return _consumer_death(consumer_task, metrics)
-
-
-def _consumer_death(task: asyncio.Task[None], metrics: Metrics) -> ConsumerDied:
-    """Log the consumer's unrequested end with its traceback, and count it."""
-    metrics.consumer_crashes.inc()
-    error = None if task.cancelled() else task.exception()
-    if error is None:
-        log.error("consumer_died", error="the consumer ended without a stop request")
-        return ConsumerDied("the consumer ended without a stop request")
-    log.error("consumer_died", error=f"{type(error).__name__}: {error}", exc_info=error)
-    return ConsumerDied(f"the consumer died: {type(error).__name__}: {error}")

@@ -1,4 +1,5 @@
-"""`mao-memory run | worker | api | migrate | retention | dev-token | dlq replay`."""
+"""`mao-memory run | worker | api | migrate | retention | dev-token | dlq replay`: the commands, given
+the composition root by `service.main`, the console script."""
 
 from __future__ import annotations
 
@@ -9,13 +10,27 @@ import secrets
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn, Protocol
 
 from pydantic import SecretStr, ValidationError
 
 from service.config import Settings, dotenv_file
 
+if TYPE_CHECKING:
+    from service.app.retention import RetentionReport
+    from service.entrypoints.process import Mode, Service
+
 DEV_USER = 1
+
+
+class CompositionRoot(Protocol):
+    """What the commands that run the service take from `service.bootstrap`, the layer above this one."""
+
+    def configure_logging(self, level: str) -> None: ...
+
+    def build_service(self, settings: Settings, mode: Mode) -> Service: ...
+
+    async def run_retention_once(self, settings: Settings) -> RetentionReport: ...
 
 
 def _load_settings() -> Settings:
@@ -80,12 +95,10 @@ def _migrate(settings: Settings, _: argparse.Namespace) -> None:
         print(f"mao-memory: schema migrated from {before or 'nothing'} to revision {head}")
 
 
-def _retention(settings: Settings, _: argparse.Namespace) -> None:
+def _retention(settings: Settings, _: argparse.Namespace, root: CompositionRoot) -> None:
     import uvloop
 
-    from service.bootstrap import run_retention_once
-
-    print(json.dumps(uvloop.run(run_retention_once(settings)).as_dict()))
+    print(json.dumps(uvloop.run(root.run_retention_once(settings)).as_dict()))
 
 
 def _dev_token(settings: Settings, args: argparse.Namespace) -> None:
@@ -162,12 +175,16 @@ def _share_with_dev_token(settings: Settings, run: contextlib.ExitStack) -> None
         )
 
 
-def _serve(settings: Settings, args: argparse.Namespace) -> None:
+def _serve(settings: Settings, args: argparse.Namespace, root: CompositionRoot) -> None:
     import uvloop
 
     from service.adapters.db.engine import SchemaNotCurrent
     from service.adapters.kafka.embedded_broker import PortTaken
-    from service.bootstrap import ConsumerDied, EmbeddedBrokerDied, Mode, configure_logging, serve_forever
+    from service.entrypoints.process import ConsumerDied, EmbeddedBrokerDied, Mode, serve
+
+    async def built_and_served(settings: Settings, mode: Mode) -> None:
+        # Built in the event loop: aiokafka's clients must be made there.
+        await serve(root.build_service(settings, mode))
 
     mode = Mode(args.command)
     with contextlib.ExitStack() as run:
@@ -176,9 +193,9 @@ def _serve(settings: Settings, args: argparse.Namespace) -> None:
             if throwaway is not settings:
                 _share_with_dev_token(throwaway, run)
             settings = throwaway
-        configure_logging(settings.log_level)
+        root.configure_logging(settings.log_level)
         try:
-            uvloop.run(serve_forever(settings, mode))
+            uvloop.run(built_and_served(settings, mode))
         except (SchemaNotCurrent, PortTaken) as exc:
             _fail(str(exc))
         except (EmbeddedBrokerDied, ConsumerDied) as exc:
@@ -186,20 +203,25 @@ def _serve(settings: Settings, args: argparse.Namespace) -> None:
 
 
 COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], None]] = {
-    "run": _serve,
-    "worker": _serve,
-    "api": _serve,
     "migrate": _migrate,
-    "retention": _retention,
     "dev-token": _dev_token,
     "dlq": _dlq,
 }
+# The commands that build the service from the composition root.
+SERVICE_COMMANDS: dict[str, Callable[[Settings, argparse.Namespace, CompositionRoot], None]] = {
+    "run": _serve,
+    "worker": _serve,
+    "api": _serve,
+    "retention": _retention,
+}
 
 
-def main(argv: list[str] | None = None) -> None:
+def run(argv: list[str] | None, root: Callable[[], CompositionRoot]) -> None:
+    """`root` is called only by the commands that build the service: the others start without
+    importing the web, database, Kafka and model stacks."""
     args = _parser().parse_args(argv)
-    COMMANDS[args.command](_load_settings(), args)
-
-
-if __name__ == "__main__":
-    main()
+    settings = _load_settings()
+    if args.command in SERVICE_COMMANDS:
+        SERVICE_COMMANDS[args.command](settings, args, root())
+    else:
+        COMMANDS[args.command](settings, args)

@@ -12,7 +12,7 @@ import pytest
 @pytest.mark.parametrize("variable", ["MEMORY_JWT_SECRET", "MEMORY_INTERNAL_TOKEN"])
 def test_the_cli_refuses_a_short_secret_naming_the_variable(tmp_path: Path, variable: str) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "service.entrypoints.cli", "api"],
+        [sys.executable, "-m", "service.main", "api"],
         env={variable: "x", "MEMORY_ENV_FILE": "", "PATH": ""},
         cwd=tmp_path,
         capture_output=True,

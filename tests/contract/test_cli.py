@@ -22,7 +22,7 @@ def cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     in an empty directory: no `.env`, no local run's throwaway credentials."""
     with tempfile.TemporaryDirectory() as cwd:
         return subprocess.run(
-            [sys.executable, "-m", "service.entrypoints.cli", *args],
+            [sys.executable, "-m", "service.main", *args],
             env={**os.environ, **env},
             cwd=cwd,
             capture_output=True,

@@ -24,7 +24,7 @@ HEAVY = {
 }
 PROBE = """
 import sys
-from service.entrypoints.cli import main
+from service.main import main
 main(["dev-token", "--user", "1"])
 print(",".join(sorted({name.split(".")[0] for name in sys.modules} & set(sys.argv[1].split(",")))))
 """

@@ -10,7 +10,7 @@ from service.config import ENV_FILE_VARIABLE
 
 def test_the_cli_names_the_variable_and_exits_2() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "service.entrypoints.cli", "migrate"],
+        [sys.executable, "-m", "service.main", "migrate"],
         env={"MEMORY_DEFAULT_MODEL": "x" * 129, ENV_FILE_VARIABLE: "", "PATH": ""},
         capture_output=True,
         text=True,

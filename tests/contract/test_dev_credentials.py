@@ -37,7 +37,7 @@ def test_dev_token_ignores_a_killed_runs_file(tmp_path: Path) -> None:
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / ".dev-credentials").write_text(json.dumps({"pid": dead_pid(), "jwt_secret": "x"}))
     made = subprocess.run(
-        [sys.executable, "-m", "service.entrypoints.cli", "dev-token", "--user", "42"],
+        [sys.executable, "-m", "service.main", "dev-token", "--user", "42"],
         cwd=tmp_path,
         env=dict(os.environ),
         capture_output=True,

@@ -101,7 +101,7 @@ def test_the_hostile_configuration_is_one_the_service_reads(
     """Outside the suite the dotenv file and the variables do apply, so the next test means something."""
     (tmp_path / ".env").write_text("".join(f"{k}={v}\n" for k, v in DOTENV.items()))
     made = subprocess.run(
-        [sys.executable, "-m", "service.entrypoints.cli", "dev-token", "--user", "7"],
+        [sys.executable, "-m", "service.main", "dev-token", "--user", "7"],
         cwd=tmp_path,
         env=developer_shell(),
         capture_output=True,

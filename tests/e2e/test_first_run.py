@@ -21,7 +21,7 @@ SHARED = Path("data") / ".dev-credentials"
 
 def dev_token(cwd: Path, user: int) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "service.entrypoints.cli", "dev-token", "--user", str(user)],
+        [sys.executable, "-m", "service.main", "dev-token", "--user", str(user)],
         cwd=cwd,
         env=dict(os.environ),
         capture_output=True,

@@ -37,10 +37,11 @@ from service.adapters.db.engine import build_engine
 from service.adapters.db.errors import MYSQL_TRANSIENT, error_code, is_transient
 from service.adapters.kafka.dead_letters import ERROR, REASON, DeadLetterPublisher, header
 from service.adapters.metrics import Metrics
-from service.bootstrap import Mode, build_container, build_http
+from service.bootstrap import build_service
 from service.config import Settings
 from service.core.events import decode_event
 from service.entrypoints.consumer import EventProcessor, Received
+from service.entrypoints.process import Mode
 from tests.conftest import event_payload, said
 from tests.integration.conftest import HandlerFactory
 from tests.support.dead_letters import RecordingDeadLetters
@@ -261,14 +262,14 @@ async def _readyz_and_a_list(url: URL) -> tuple[httpx.Response, httpx.Response]:
     settings = Settings(
         _env_file=None, database_url=url.render_as_string(hide_password=False), jwt_secret=SECRET
     )
-    container = build_container(settings)
+    service = build_service(settings, Mode.API)
     # Starlette re-raises a handled exception for the server to log, after the response is sent.
-    transport = httpx.ASGITransport(app=build_http(container, Mode.API), raise_app_exceptions=False)
+    transport = httpx.ASGITransport(app=service.http, raise_app_exceptions=False)
     try:
         async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
             return await client.get("/readyz"), await client.get("/api/v1/memory", headers=bearer(token(7)))
     finally:
-        await container.db.dispose()
+        await service.db.dispose()
 
 
 @pytest.mark.parametrize(

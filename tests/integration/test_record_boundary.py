@@ -1,6 +1,6 @@
 """The record boundary's known breakers, one test each, through the real consumer on Tansu.
 
-A header key that is not UTF-8 used to stop the consumer (and, through `serve_forever`, the process
+A header key that is not UTF-8 used to stop the consumer (and with it the process, exiting
 with status 0); a null header value wedged its session; dead letters lost header bytes and turned a
 record without a value into one with an empty value.
 """
@@ -18,7 +18,7 @@ from service.adapters.kafka.dead_letters import REASON, header
 from service.adapters.kafka.replay import Selection, replay_dead_letters
 from service.adapters.metrics import Metrics
 from service.app.caches import CaptureSwitch
-from service.bootstrap import ConsumerDied, _until_stopped
+from service.entrypoints.process import ConsumerDied, _until_stopped
 from tests.conftest import event_payload, said
 from tests.integration.conftest import HandlerFactory
 from tests.support.backends import Broker

@@ -13,8 +13,9 @@ import pytest
 
 from service.adapters.db.database import Database
 from service.adapters.db.engine import SchemaNotCurrent, build_engine, head_revision, upgrade_schema
-from service.bootstrap import Mode, build_container, build_http
+from service.bootstrap import build_service
 from service.config import Settings
+from service.entrypoints.process import Mode
 from tests.support.processes import MariaDbDatabase
 
 
@@ -42,7 +43,7 @@ async def test_a_database_behind_the_code_or_without_a_schema_is_named_as_such(t
 @pytest.mark.parametrize("mode", ["run", "api"])
 def test_the_service_refuses_to_start_before_migrate(tmp_path: Path, mode: str) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "service.entrypoints.cli", mode],
+        [sys.executable, "-m", "service.main", mode],
         env={
             **os.environ,
             "MEMORY_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'fresh.db'}",
@@ -60,14 +61,14 @@ def test_the_service_refuses_to_start_before_migrate(tmp_path: Path, mode: str) 
 async def test_readyz_fails_while_the_schema_is_behind(tmp_path: Path) -> None:
     url = f"sqlite+aiosqlite:///{tmp_path / 'old.db'}"
     upgrade_schema(url, "0002")
-    container = build_container(Settings(_env_file=None, database_url=url))  # type: ignore[call-arg]
-    app = build_http(container, Mode.API)
+    service = build_service(Settings(_env_file=None, database_url=url), Mode.API)  # type: ignore[call-arg]
+    app = service.http
     try:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api") as client:
             behind = await client.get("/readyz")
             upgrade_schema(url)
             current = await client.get("/readyz")
     finally:
-        await container.db.dispose()
+        await service.db.dispose()
     assert behind.status_code == 503 and behind.json()["checks"] == {"database": "fail"}
     assert current.status_code == 200 and current.json()["checks"] == {"database": "ok"}

@@ -19,8 +19,9 @@ from service.adapters.llm_client import LlmClient
 from service.app.caches import ProjectRecorder
 from service.app.consolidation import Consolidator, thresholds
 from service.app.extraction import ExtractionHandler, ExtractionSlots
-from service.bootstrap import Container, Mode, build_container, build_http
+from service.bootstrap import build_service
 from service.config import Settings
+from service.entrypoints.process import Mode, Service
 from tests.simulation.driver import START, RecordingLlm, Simulation, Tally
 from tests.simulation.twins import TwinMigration, migrate_twins
 from tests.support.clock import ManualClock
@@ -50,7 +51,7 @@ def model_base() -> Iterator[str]:
 
 @dataclass
 class Stack:
-    container: Container
+    service: Service
     handler: ExtractionHandler
     consolidator: Consolidator
     llm: RecordingLlm
@@ -60,7 +61,7 @@ class Stack:
 
     def simulation(self, users: list[int], events: int) -> Simulation:
         return Simulation(
-            self.container.db,
+            self.service.db,
             self.handler,
             self.consolidator,
             self.http,
@@ -84,27 +85,27 @@ async def service_stack(url: str, model_base: str) -> AsyncIterator[Stack]:
         llm_api_key="sim",
         capture_cache_ttl_s=0,
     )
-    container = build_container(settings)
-    clock = container.db.clock = ManualClock(START)
-    client = LlmClient(container.metrics, model_base, "sim", timeout_s=10, max_retries=2, retry_base_s=0.01)
+    service = build_service(settings, Mode.API)
+    app = service.http
+    clock = service.db.clock = ManualClock(START)
+    client = LlmClient(service.metrics, model_base, "sim", timeout_s=10, max_retries=2, retry_base_s=0.01)
     llm = RecordingLlm(client)
     handler = ExtractionHandler(
-        container.db,
+        service.db,
         llm,
-        container.metrics,
+        service.metrics,
         settings,
-        container.capture,
-        ProjectRecorder(container.db),
+        service.capture,
+        ProjectRecorder(service.db),
         ExtractionSlots.of(settings.max_in_flight, settings.database_pool_size),
     )
-    consolidator = Consolidator(container.db, llm, container.metrics, thresholds(settings))
-    app = build_http(container, Mode.API)
+    consolidator = Consolidator(service.db, llm, service.metrics, thresholds(settings))
     try:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api") as http:
-            yield Stack(container, handler, consolidator, llm, http, clock)
+            yield Stack(service, handler, consolidator, llm, http, clock)
     finally:
         await client.stop()
-        await container.db.dispose()
+        await service.db.dispose()
 
 
 def sqlite_url(directory: Path) -> str:

@@ -44,7 +44,7 @@ def _summary(tally: Tally, stack: Stack, elapsed: float) -> dict[str, Any]:
     litellm = import_litellm()
     tokens = [litellm.token_counter(model=MODEL, messages=m) for _, m in stack.llm.largest]
     shown = [n for n, _ in stack.llm.largest]
-    metrics = stack.container.metrics.registry
+    metrics = stack.service.metrics.registry
 
     def candidates(result: str) -> int:
         return int(

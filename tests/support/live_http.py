@@ -13,9 +13,10 @@ from dataclasses import dataclass
 
 import uvicorn
 
-from service.bootstrap import Mode, build_container, build_http
+from service.bootstrap import build_service
 from service.config import Settings
 from service.entrypoints.http.server import server_config
+from service.entrypoints.process import Mode
 from tests.support.processes import free_port
 
 
@@ -32,8 +33,8 @@ async def live_server(
     kernel's send buffer of every accepted connection (they inherit the listener's), so that a
     client that stops reading fills the server's own buffer within a few answers."""
     settings = settings.model_copy(update={"http_host": "127.0.0.1", "http_port": free_port()})
-    container = build_container(settings)
-    server = _Server(server_config(build_http(container, mode), settings))
+    service = build_service(settings, mode)
+    server = _Server(server_config(service.http, settings))
     task = asyncio.create_task(server.serve())
     try:
         while not server.started:
@@ -48,7 +49,7 @@ async def live_server(
     finally:
         server.should_exit = True
         await task
-        await container.db.dispose()
+        await service.db.dispose()
 
 
 @dataclass

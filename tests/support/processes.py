@@ -98,7 +98,7 @@ class ServiceProcess:
         """`terminal`: in a process group of its own, as a shell runs a command (Ctrl-C reaches the group)."""
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "service.entrypoints.cli", self.mode],
+            [sys.executable, "-m", "service.main", self.mode],
             env=self.env,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -5,8 +5,9 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from service.bootstrap import Mode, build_container, build_http
+from service.bootstrap import build_service
 from service.config import Settings
+from service.entrypoints.process import Mode
 from tests.support.processes import MariaDbDatabase
 from tests.support.tokens import INTERNAL, SECRET, bearer, token
 
@@ -21,11 +22,11 @@ async def http(mariadb: MariaDbDatabase) -> AsyncIterator[httpx.AsyncClient]:
         internal_token=INTERNAL,
         robot_project_keys="WEIXIN,FEISHU",
     )
-    container = build_container(settings)
-    app = build_http(container, Mode.API)
+    service = build_service(settings, Mode.API)
+    app = service.http
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api") as client:
         yield client
-    await container.db.dispose()
+    await service.db.dispose()
 
 
 class As:

@@ -9,9 +9,10 @@ import httpx
 import pytest
 
 from service.adapters.db.database import Database
-from service.bootstrap import Mode, build_container, build_http
+from service.bootstrap import build_service
 from service.config import Settings
 from service.core.model import Status
+from service.entrypoints.process import Mode
 from tests.integration.http.conftest import As
 from tests.support.pool import items, remember_projects, seed_many
 from tests.support.tokens import bearer, token
@@ -230,14 +231,14 @@ async def test_the_interactive_api_page_is_served_and_can_be_switched_off(
     settings = Settings(  # type: ignore[call-arg]
         _env_file=None, database_url=f"sqlite+aiosqlite:///{tmp_path / 'off.db'}", api_docs=False
     )
-    container = build_container(settings)
-    app = build_http(container, Mode.API)
+    service = build_service(settings, Mode.API)
+    app = service.http
     try:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api") as off:
             envelope_error(await off.get("/docs"), 404, 40400)
             assert (await off.get("/openapi.json")).status_code == 200  # the schema stays
     finally:
-        await container.db.dispose()
+        await service.db.dispose()
 
 
 async def test_unknown_ids_and_routes_answer_in_the_envelope(me: As) -> None:

@@ -1,0 +1,250 @@
+"""Running the process: a `Service` that `service.bootstrap` built is started, served until a signal
+(or the end of its consumer, its embedded broker or its HTTP server), and shut down.
+
+Everything started is entered into one `AsyncExitStack`, so the shutdown runs in the reverse order of
+the start: the stop request, the consumer (its last commits), the background tasks, the background
+consolidations, the HTTP server, then the graph's clients (dead letters, model, database) and the
+embedded broker last."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import signal
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from enum import StrEnum
+from typing import Any
+
+import structlog
+import uvicorn
+from fastapi import FastAPI
+
+from service.adapters.db.database import Database
+from service.adapters.db.engine import head_revision
+from service.adapters.kafka.dead_letters import DeadLetterPublisher
+from service.adapters.kafka.embedded_broker import EmbeddedBroker
+from service.adapters.kafka.runner import KeyOrderedRunner
+from service.adapters.kafka.topics import ensure_topics
+from service.adapters.llm_client import LlmClient
+from service.adapters.metrics import Metrics
+from service.app.caches import CaptureSwitch
+from service.app.consolidation import Consolidator
+from service.app.retention import RetentionJob
+from service.config import Settings
+from service.entrypoints.consumer import Received
+from service.entrypoints.http.server import server_config
+
+log = structlog.get_logger(__name__)
+
+
+class Mode(StrEnum):
+    RUN = "run"
+    WORKER = "worker"
+    API = "api"
+
+
+@dataclass(frozen=True)
+class Consumption:
+    """The consumer side of `run` and `worker`, built and not started: nothing in it has connected."""
+
+    bootstrap: str
+    broker: EmbeddedBroker | None  # without MEMORY_KAFKA_BOOTSTRAP: the embedded broker, started here
+    dead_letters: DeadLetterPublisher
+    llm: LlmClient
+    consolidator: Consolidator
+    runner: KeyOrderedRunner[Received]
+
+
+@dataclass(frozen=True)
+class Service:
+    """The object graph of one mode, as `service.bootstrap.build_service` builds it."""
+
+    settings: Settings
+    mode: Mode
+    metrics: Metrics
+    db: Database
+    capture: CaptureSwitch
+    http: FastAPI
+    consumption: Consumption | None  # None in `api` mode
+    retention: RetentionJob | None  # the periodic run, in `run` and `worker` when its interval is set
+
+
+class EmbeddedBrokerDied(RuntimeError):
+    pass
+
+
+class ConsumerDied(RuntimeError):
+    """The consumer ended without being asked to: the process exits non-zero so it is restarted."""
+
+
+async def serve(service: Service) -> None:
+    """Serve until SIGTERM or SIGINT; an unrequested end of the consumer or of the embedded broker is
+    raised (`ConsumerDied`, `EmbeddedBrokerDied`) once everything is shut down."""
+    settings, consumption = service.settings, service.consumption
+    # The graph's clients are released whatever happens; `service_stopped` is logged only for a
+    # service past the schema check. So the check runs in a stack of its own, whose callbacks then
+    # move to the bottom of the service's stack, under the log line.
+    async with contextlib.AsyncExitStack() as checking:
+        _hold(checking, service)
+        # Refuse to start on a database without the current schema: every event would fail on it.
+        await service.db.require_current_schema(head_revision())
+        held = checking.pop_all()
+    stop = asyncio.Event()
+    async with contextlib.AsyncExitStack() as stack:
+        stack.callback(log.info, "service_stopped")
+        await stack.enter_async_context(held)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        # The HTTP side answers /healthz while the brokers are reached, and stops after the consumer.
+        http_task = await stack.enter_async_context(_serving(service.http, settings))
+        if consumption is not None:
+            await _start(consumption, settings)
+            stack.push_async_callback(consumption.consolidator.close, settings.shutdown_grace_s)
+        # Everything imported and built so far lives as long as the process: leave it out of every
+        # later collection, which would otherwise rescan litellm's and pydantic's module graphs.
+        gc.freeze()
+        housekeeping = await stack.enter_async_context(_Housekeeping(service, stop))
+        consumer_task = None
+        if consumption is not None:
+            consumer_task = await stack.enter_async_context(_consuming(consumption.runner, stop))
+        stack.callback(stop.set)
+        log.info(
+            "service_started",
+            mode=service.mode.value,
+            http_port=settings.http_port,
+            bootstrap=consumption.bootstrap if consumption is not None else None,
+        )
+        consumer_died = await _until_stopped(stop, http_task, consumer_task, service.metrics)
+    if consumer_died is not None:
+        raise consumer_died
+    if housekeeping.broker_died:
+        raise EmbeddedBrokerDied("the embedded broker exited; the service stopped with it")
+
+
+def _hold(stack: contextlib.AsyncExitStack, service: Service) -> None:
+    """The graph's clients, whether they started or not, released after everything that uses them
+    (the HTTP server's readiness checks too); the embedded broker last, as the consumer's final
+    commits and dead letters go through it."""
+    consumption = service.consumption
+    if consumption is not None and consumption.broker is not None:
+        stack.callback(consumption.broker.stop)
+    stack.push_async_callback(service.db.dispose)
+    if consumption is not None:
+        stack.push_async_callback(_quietly, consumption.llm.stop)
+        stack.push_async_callback(_quietly, consumption.dead_letters.stop)
+        stack.push_async_callback(_quietly, consumption.runner.close)
+
+
+async def _quietly(close: Callable[[], Awaitable[None]]) -> None:
+    with contextlib.suppress(Exception):
+        await close()
+
+
+async def _start(consumption: Consumption, settings: Settings) -> None:
+    """The embedded broker, the topics (when the service creates them), the dead-letter producer and
+    the model library: after the HTTP server, so /healthz answers while they start."""
+    if consumption.broker is not None:
+        await consumption.broker.start_async()
+    if settings.kafka_create_topics:
+        await ensure_topics(
+            consumption.bootstrap, [settings.kafka_topic, settings.dlq_topic], settings.kafka_partitions
+        )
+    await consumption.dead_letters.start()
+    consumption.llm.load()
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """Signals belong to `serve`, which stops the consumer before the HTTP side."""
+        yield
+
+
+@contextlib.asynccontextmanager
+async def _serving(app: FastAPI, settings: Settings) -> AsyncIterator[asyncio.Task[None]]:
+    server = _Server(server_config(app, settings))
+    task = asyncio.create_task(server.serve())
+    try:
+        yield task
+    finally:
+        server.should_exit = True
+        await asyncio.gather(task, return_exceptions=True)
+
+
+@contextlib.asynccontextmanager
+async def _consuming(
+    runner: KeyOrderedRunner[Received], stop: asyncio.Event
+) -> AsyncIterator[asyncio.Task[None]]:
+    """The consumer's task; its end (a death included) is waited for once `stop` is set."""
+    task = asyncio.create_task(runner.run(stop))
+    try:
+        yield task
+    finally:
+        await asyncio.gather(task, return_exceptions=True)
+
+
+class _Housekeeping:
+    """The background tasks beside the consumer: periodic retention, and the embedded broker's watch
+    (if it exits, nothing is consumed any more, so the service stops and exits non-zero)."""
+
+    def __init__(self, service: Service, stop: asyncio.Event) -> None:
+        self._service = service
+        self._stop = stop
+        self._tasks: list[asyncio.Task[None]] = []
+        self.broker_died = False
+
+    async def __aenter__(self) -> _Housekeeping:
+        consumption, retention = self._service.consumption, self._service.retention
+        if consumption is not None and consumption.broker is not None:
+            self._tasks.append(asyncio.create_task(self._watch(consumption.broker)))
+        if retention is not None:
+            interval = timedelta(hours=self._service.settings.retention_interval_hours)
+            self._tasks.append(asyncio.create_task(retention.run_forever(self._stop, interval)))
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        """A retention run in progress is cut between its small transactions; the next one picks up."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _watch(self, broker: EmbeddedBroker) -> None:
+        while not self._stop.is_set():
+            if not broker.alive:
+                log.error("embedded_broker_died", bootstrap=broker.bootstrap)
+                self.broker_died = True
+                self._stop.set()
+                return
+            await asyncio.sleep(1.0)
+
+
+async def _until_stopped(
+    stop: asyncio.Event,
+    http_task: asyncio.Task[None],
+    consumer_task: asyncio.Task[None] | None,
+    metrics: Metrics,
+) -> ConsumerDied | None:
+    """Wait for a stop request, the HTTP server's end or the consumer's; the consumer never ends
+    quietly: an end nobody asked for is returned, to be raised once everything is shut down."""
+    waiters: list[asyncio.Future[Any]] = [asyncio.ensure_future(stop.wait()), http_task]
+    if consumer_task is not None:
+        waiters.append(consumer_task)
+    await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    if consumer_task is None or not consumer_task.done() or stop.is_set():
+        return None
+    return _consumer_death(consumer_task, metrics)
+
+
+def _consumer_death(task: asyncio.Task[None], metrics: Metrics) -> ConsumerDied:
+    """Log the consumer's unrequested end with its traceback, and count it."""
+    metrics.consumer_crashes.inc()
+    error = None if task.cancelled() else task.exception()
+    if error is None:
+        log.error("consumer_died", error="the consumer ended without a stop request")
+        return ConsumerDied("the consumer ended without a stop request")
+    log.error("consumer_died", error=f"{type(error).__name__}: {error}", exc_info=error)
+    return ConsumerDied(f"the consumer died: {type(error).__name__}: {error}")
