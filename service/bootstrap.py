@@ -63,7 +63,7 @@ def configure_logging(level: str) -> None:
         logger_factory=structlog.PrintLoggerFactory(),
         cache_logger_on_first_use=True,
     )
-    # Alembic's context lines come with every readiness probe's schema check.
+    # Alembic's context lines come with every `migrate`.
     for noisy in ("aiokafka", "LiteLLM", "litellm", "httpx", "alembic"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 

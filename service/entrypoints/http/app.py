@@ -11,15 +11,8 @@ from fastapi.responses import FileResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
-from service.app.memories import MemoryService
-from service.entrypoints.http.admin_routes import admin_router
-from service.entrypoints.http.api_docs import install_api_docs
-from service.entrypoints.http.auth import Authenticator
 from service.entrypoints.http.body_limit import BodyLimit
-from service.entrypoints.http.console_routes import console_router
 from service.entrypoints.http.envelope import install_error_handlers
-from service.entrypoints.http.internal_routes import internal_router
-from service.entrypoints.http.memory_routes import memory_router
 from service.entrypoints.http.no_store import NoStore
 from service.entrypoints.http.ops import Check, ops_router
 
@@ -75,22 +68,36 @@ def create_app(
     install_error_handlers(app)
     app.add_middleware(BodyLimit)
     app.add_middleware(NoStore)  # outside BodyLimit: its 413 is kept out of caches too
-    if include_api and settings.api_docs:
-        install_api_docs(app)  # the interactive API page, unless switched off
     app.include_router(ops_router(metrics, checks))
     if include_api:
-        app.state.authenticator = Authenticator(settings)
-        service = MemoryService(db, capture, settings.robot_keys)
-        # Routes are matched in order: the injection lookup, called on every agent turn, comes first.
-        app.include_router(internal_router(service, settings))
-        app.include_router(memory_router(service))
-        app.include_router(admin_router(service, settings.default_model))
-        app.include_router(console_router())
-        app.add_api_route("/console", _to_console, include_in_schema=False)
-        app.mount("/console", ConsoleFiles(directory=CONSOLE_DIR, html=True), name="console")
-        app.add_api_route("/favicon.ico", _favicon, include_in_schema=False)
+        _mount_api(app, settings, db, capture)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
+
+
+def _mount_api(app: FastAPI, settings: Settings, db: Database, capture: CaptureSwitch) -> None:
+    """The memory API, the console and the API page. Imported here, not at the top: a bare worker
+    serves only the ops routes, and the API's modules and models would cost it 3 MiB."""
+    from service.app.memories import MemoryService
+    from service.entrypoints.http.admin_routes import admin_router
+    from service.entrypoints.http.api_docs import install_api_docs
+    from service.entrypoints.http.auth import Authenticator
+    from service.entrypoints.http.console_routes import console_router
+    from service.entrypoints.http.internal_routes import internal_router
+    from service.entrypoints.http.memory_routes import memory_router
+
+    if settings.api_docs:
+        install_api_docs(app)  # the interactive API page, unless switched off
+    app.state.authenticator = Authenticator(settings)
+    service = MemoryService(db, capture, settings.robot_keys)
+    # Routes are matched in order: the injection lookup, called on every agent turn, comes first.
+    app.include_router(internal_router(service, settings))
+    app.include_router(memory_router(service))
+    app.include_router(admin_router(service, settings.default_model))
+    app.include_router(console_router())
+    app.add_api_route("/console", _to_console, include_in_schema=False)
+    app.mount("/console", ConsoleFiles(directory=CONSOLE_DIR, html=True), name="console")
+    app.add_api_route("/favicon.ico", _favicon, include_in_schema=False)
 
 
 async def _to_console() -> RedirectResponse:
