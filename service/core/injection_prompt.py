@@ -22,8 +22,10 @@ class MemoryHint:
 
 def one_line(text: str) -> str:
     """Content can only ever be the tail of one list item: no line breaks, no invisible or
-    direction-changing characters, no code fence that would swallow the rest of the prompt."""
-    return clean_content(text).replace("```", "'''")
+    direction-changing characters, no code fence that would swallow the rest of the prompt. Cleaned
+    again once the fence is broken: a joiner kept between two backticks then sits beside an
+    apostrophe, where it joins nothing."""
+    return clean_content(clean_content(text).replace("```", "'''"))
 
 
 @lru_cache(maxsize=4096)  # a user's few project keys come back on every turn

@@ -87,3 +87,8 @@ def test_one_pass_makes_hints_safe_for_good(raw: list[tuple[Scope, str | None, s
     once = injected(hints)
     assert injected(once) == once
     assert prompt_section(once) == render_injection(hints)
+
+
+def test_a_joiner_beside_a_broken_fence_goes() -> None:
+    """Kept between two backticks, it would sit beside an apostrophe once the fence is broken."""
+    assert render_injection([MemoryHint(Scope.USER, None, "```\u200dA")]).endswith("- [用户] '''A")
