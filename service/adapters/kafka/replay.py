@@ -28,6 +28,8 @@ from service.adapters.kafka.dead_letters import (
     replayed,
 )
 
+REPLAY_MAX_REQUEST_BYTES = 1024 * 1024
+
 
 @dataclass(frozen=True, slots=True)
 class Selection:
@@ -67,7 +69,9 @@ async def replay_dead_letters(
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap.split(","), enable_auto_commit=False, group_id=None
     )
-    publisher = DeadLetterPublisher(bootstrap, topic)
+    # The main topic takes events, not dead letters: Kafka's 1 MiB default request size, as the
+    # task service's own producer sends them, not the dead-letter topic's 16 MiB.
+    publisher = DeadLetterPublisher(bootstrap, topic, max_request_size=REPLAY_MAX_REQUEST_BYTES)
     await consumer.start()
     await publisher.start()
     try:
