@@ -13,7 +13,7 @@ from fastapi import FastAPI
 
 from service.adapters.circuit_breaker import BreakerState, CircuitBreaker
 from service.adapters.db.database import Database
-from service.adapters.db.engine import build_engine, head_revision
+from service.adapters.db.engine import SCHEMA_HEAD, build_engine
 from service.adapters.kafka.dead_letters import DeadLetterPublisher
 from service.adapters.kafka.embedded_broker import EmbeddedBroker
 from service.adapters.kafka.runner import KeyOrderedRunner
@@ -212,10 +212,9 @@ def build_http(
 
 def _db_check(db: Database) -> Check:
     """The database answers and holds the schema this code needs."""
-    wanted = head_revision()
 
     async def check() -> bool:
-        await db.require_current_schema(wanted)
+        await db.require_current_schema(SCHEMA_HEAD)
         return True
 
     return check

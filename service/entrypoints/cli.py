@@ -84,11 +84,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _migrate(settings: Settings, _: argparse.Namespace) -> None:
-    from service.adapters.db.engine import current_revision, head_revision, upgrade_schema
+    from service.adapters.db.engine import SCHEMA_HEAD, current_revision, upgrade_schema
 
     before = current_revision(settings.database_url)
     upgrade_schema(settings.database_url)
-    head = head_revision()
+    head = SCHEMA_HEAD
     if before == head:
         print(f"mao-memory: schema already at revision {head}")
     else:

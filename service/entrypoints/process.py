@@ -23,7 +23,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from service.adapters.db.database import Database
-from service.adapters.db.engine import head_revision
+from service.adapters.db.engine import SCHEMA_HEAD
 from service.adapters.kafka.dead_letters import DeadLetterPublisher
 from service.adapters.kafka.embedded_broker import EmbeddedBroker
 from service.adapters.kafka.runner import KeyOrderedRunner
@@ -90,7 +90,7 @@ async def serve(service: Service) -> None:
     async with contextlib.AsyncExitStack() as checking:
         _hold(checking, service)
         # Refuse to start on a database without the current schema: every event would fail on it.
-        await service.db.require_current_schema(head_revision())
+        await service.db.require_current_schema(SCHEMA_HEAD)
         held = checking.pop_all()
     stop = asyncio.Event()
     async with contextlib.AsyncExitStack() as stack:

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from service.adapters.db.database import Database
-from service.adapters.db.engine import SchemaNotCurrent, build_engine, head_revision, upgrade_schema
+from service.adapters.db.engine import SCHEMA_HEAD, SchemaNotCurrent, build_engine, upgrade_schema
 from service.bootstrap import build_service
 from service.config import Settings
 from service.entrypoints.process import Mode
@@ -25,15 +25,13 @@ async def test_a_database_behind_the_code_or_without_a_schema_is_named_as_such(t
     empty = Database(build_engine(f"sqlite+aiosqlite:///{tmp_path / 'empty.db'}", 1))
     old = Database(build_engine(behind.url, 1))
     try:
-        with pytest.raises(
-            SchemaNotCurrent, match=rf"schema revision 0002; this code needs {head_revision()}"
-        ):
-            await old.require_current_schema(head_revision())
+        with pytest.raises(SchemaNotCurrent, match=rf"schema revision 0002; this code needs {SCHEMA_HEAD}"):
+            await old.require_current_schema(SCHEMA_HEAD)
         with pytest.raises(SchemaNotCurrent, match="has no schema") as missing:
-            await empty.require_current_schema(head_revision())
+            await empty.require_current_schema(SCHEMA_HEAD)
         assert missing.value.found is None and "mao-memory migrate" in str(missing.value)
         upgrade_schema(behind.url)
-        await old.require_current_schema(head_revision())  # migrated: accepted
+        await old.require_current_schema(SCHEMA_HEAD)  # migrated: accepted
     finally:
         await old.dispose()
         await empty.dispose()

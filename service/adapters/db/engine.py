@@ -129,11 +129,6 @@ def current_revision(url: str) -> str | None:
         engine.dispose()
 
 
-def head_revision() -> str:
-    """The latest migration this code ships."""
-    return SCHEMA_HEAD
-
-
 def migrations_head() -> str | None:
     """The head of the migrations directory, as Alembic reads it."""
     from alembic.script import ScriptDirectory
