@@ -22,9 +22,6 @@ import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from enum import IntEnum
-from itertools import islice
-
-from service.core.backoff import Backoff
 
 
 class BreakerState(IntEnum):
@@ -53,11 +50,9 @@ class CircuitBreaker:
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._threshold = threshold
-        # Open for open_s, twice as long after each failed probe up to max_open_s; a probe's success
-        # starts again from open_s.
-        self._open_backoff = Backoff(open_s, cap=max_open_s)
+        self._base_open_s = open_s
+        self._max_open_s = max_open_s
         self._open_s = open_s
-        self._longer_opens = islice(self._open_backoff.delays(), 1, None)
         self._on_change = on_change
         self._monotonic = monotonic
         self._state = BreakerState.CLOSED
@@ -96,8 +91,7 @@ class CircuitBreaker:
         """The provider answered (a rejected answer is still an answer)."""
         if ticket is self._probe:
             self._probe = None
-            self._open_s = self._open_backoff.base
-            self._longer_opens = islice(self._open_backoff.delays(), 1, None)
+            self._open_s = self._base_open_s
             self._close()
         elif self._current(ticket):
             self._failing.clear()
@@ -107,7 +101,7 @@ class CircuitBreaker:
         its own); only different callers add up to an outage."""
         if ticket is self._probe:
             self._probe = None
-            self._open_s = next(self._longer_opens)
+            self._open_s = min(self._open_s * 2, self._max_open_s)
             self._open()
         elif self._current(ticket):
             self._failing.add(object() if caller is None else caller)

@@ -10,12 +10,7 @@ import time
 
 import structlog
 
-from service.core.backoff import Backoff
-
 log = structlog.get_logger(__name__)
-
-# Whether the broker listens yet is asked every 0.1 s, until `start`'s timeout_s.
-START_POLL = Backoff(0.1, factor=1.0)
 
 
 class PortTaken(Exception):
@@ -47,7 +42,7 @@ class EmbeddedBroker:
             # once its work is committed, rather than the broker dying under it.
             start_new_session=True,
         )
-        deadline, waits = time.monotonic() + timeout_s, START_POLL.delays()
+        deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
                 raise RuntimeError(f"embedded broker exited with code {self._process.returncode}")
@@ -55,7 +50,7 @@ class EmbeddedBroker:
                 if self._process.poll() is None:
                     log.info("embedded_broker_started", bootstrap=self.bootstrap)
                     return
-            time.sleep(next(waits))
+            time.sleep(0.1)
         self.stop()
         raise RuntimeError(f"embedded broker did not listen on {self.bootstrap} within {timeout_s}s")
 

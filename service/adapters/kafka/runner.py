@@ -37,8 +37,8 @@ Record: TypeAlias = ConsumerRecord[bytes, bytes]
 MAX_CRASHES = 3
 # Between a crashed record's tries: 0.5 s, then 1 s (MAX_CRASHES bounds them).
 CRASH_BACKOFF = Backoff(0.5)
-# A failed fetch is tried again 1 s later, without end: the poll loop runs until it is stopped.
-FETCH_BACKOFF = Backoff(1.0, factor=1.0)
+# A failed fetch is tried again this long after, without end: the poll loop runs until it is stopped.
+FETCH_RETRY_S = 1.0
 
 
 class Process(Protocol[Item]):
@@ -97,7 +97,6 @@ class KeyOrderedRunner(Generic[Item]):
         self._paused = False
         self._last_commit = 0.0
         self._revocations = 0
-        self._fetch_waits = FETCH_BACKOFF.delays()
         self.alive = False
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -135,7 +134,7 @@ class KeyOrderedRunner(Generic[Item]):
             batch = await self._consumer.getmany(timeout_ms=200, max_records=room)
         except KafkaError as exc:
             log.warning("kafka_fetch_failed", error=str(exc))
-            await asyncio.sleep(next(self._fetch_waits))
+            await asyncio.sleep(FETCH_RETRY_S)
             return
         fetched = [(tp, record) for tp, records in batch.items() for record in records]
         if not fetched:
