@@ -202,6 +202,32 @@ def test_user_id_beyond_bigint_and_oversized_messages_are_rejected() -> None:
     assert reason_of(b"\xff", 100) == "invalid_utf8"
 
 
+# An event's bytes with arbitrary bytes spliced in: mostly valid JSON whose strings hold ill-formed
+# UTF-8 (lone continuation bytes, overlong forms, encoded surrogates, code points past U+10FFFF).
+_EVENT_BYTES = json.dumps(event_payload(5, 6), ensure_ascii=False).encode()
+_spliced = st.tuples(st.integers(0, len(_EVENT_BYTES)), st.binary(min_size=1, max_size=6)).map(
+    lambda cut: _EVENT_BYTES[: cut[0]] + cut[1] + _EVENT_BYTES[cut[0] :]
+)
+
+
+@given(st.binary(max_size=200) | _spliced)
+def test_the_bytes_get_the_verdict_of_the_text_they_decode_to(raw: bytes) -> None:
+    """Events are validated as bytes, with no text copy: what Python's strict UTF-8 codec refuses is
+    `invalid_utf8`, and valid text gets exactly the verdict of validating the text itself."""
+    result = decode_event(raw, 10**6)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        assert isinstance(result, Undecodable) and result.reason == "invalid_utf8"
+        return
+    try:
+        expected: object = TaskFinishedEvent.model_validate_json(text)
+    except ValueError:
+        assert isinstance(result, Undecodable) and result.reason in {"invalid_json", "schema"}
+        return
+    assert result == expected
+
+
 def test_checked_in_asyncapi_matches_the_code() -> None:
     """FastStream generates it from the same model; regenerate with `make schemas`."""
     from service.adapters.kafka.asyncapi import asyncapi_document
