@@ -6,9 +6,8 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TypeAlias
+from collections.abc import Callable, Mapping
+from typing import NamedTuple, TypeAlias
 
 import structlog
 from aiokafka import ConsumerRecord
@@ -64,21 +63,28 @@ def _coordinates(record: ConsumerRecord[bytes, bytes], event: object) -> dict[st
     return fields
 
 
-@dataclass(frozen=True, slots=True)
-class Received:
-    """A record decoded once, when its batch was fetched."""
+class Received(NamedTuple):
+    """A record decoded once, when its batch was fetched (a tuple: the skip path makes one per record)."""
 
-    record: ConsumerRecord[bytes, bytes]
+    record: Record
     event: TaskFinishedEvent | Undecodable
+    # The outcome the event reaches without I/O (a skip decided from the event and warm caches), or
+    # None when the handler has to run.
+    fast: Outcome | None = None
 
 
-def receive(record: Record) -> Received:
-    """A fetched record decoded once; a stub from `record_reader` is undecodable by definition."""
+def decode_record(record: Record) -> TaskFinishedEvent | Undecodable:
+    """A fetched record's event; a stub from `record_reader` is undecodable by definition."""
     headers = record.headers
     if headers and headers[0][0] == UNDECODABLE:
         why = (headers[0][1] or b"").decode("utf-8", "replace")
-        return Received(record, Undecodable(DeadLetterReason.UNDECODABLE_RECORD.value, why))
-    return Received(record, decode_event(record.value, MAX_EVENT_BYTES))
+        return Undecodable(DeadLetterReason.UNDECODABLE_RECORD.value, why)
+    return decode_event(record.value, MAX_EVENT_BYTES)
+
+
+def receive(record: Record) -> Received:
+    """A record decoded on its own, its outcome left to the handler."""
+    return Received(record, decode_record(record))
 
 
 class EventProcessor:
@@ -105,36 +111,36 @@ class EventProcessor:
         self._outcomes = {outcome: metrics.events.labels(outcome.value) for outcome in Outcome}
         self._debug = logging.getLogger().isEnabledFor(logging.DEBUG)  # skips are too many to log otherwise
         self._skips: Counter[Outcome] = Counter()
-        self._fast: Counter[Outcome] = Counter()  # counted per batch: a metric update per skip costs more
         self._skips_since = time.monotonic()
 
     async def prepare(self, records: list[ConsumerRecord[bytes, bytes]]) -> list[Received]:
-        """Decode a fetched batch and read its users' capture switches in one round trip."""
-        batch = [receive(record) for record in records]
-        users = {r.event.user_id for r in batch if isinstance(r.event, TaskFinishedEvent)}
+        """Decode a fetched batch, read its users' capture switches in one round trip, and decide
+        what needs no I/O."""
+        events = [decode_record(record) for record in records]
+        users = {e.user_id for e in events if isinstance(e, TaskFinishedEvent)}
         try:
             async with asyncio.timeout(WARM_TIMEOUT_S):
                 await self._handler.warm(users)
         except Exception as exc:
             # Only an optimisation failed: the events take the slow path, which waits out outages.
             log.warning("capture_warm_failed", error=f"{type(exc).__name__}: {exc}")
-        return batch
+        fast = self._handler.outcome_without_io
+        return [
+            Received(record, event, fast(event) if isinstance(event, TaskFinishedEvent) else None)
+            for record, event in zip(records, events, strict=True)
+        ]
 
-    def try_fast(self, received: Received) -> bool:
-        """Finish an event synchronously when its outcome needs no I/O (most skips); True if finished."""
-        if not isinstance(received.event, TaskFinishedEvent):
-            return False
-        outcome = self._handler.outcome_without_io(received.event)
-        if outcome is None:
-            return False
-        self._fast[outcome] += 1
-        self._log_skip(received, outcome, 0.0)
-        return True
-
-    def taken(self) -> None:
-        for outcome, count in self._fast.items():
+    def taken(self, finished: list[Received]) -> None:
+        """Count the batch's skips that finished as they were taken: a metric update or a log line
+        per skip would cost the skip path more than deciding it."""
+        counts = Counter(received.fast for received in finished if received.fast is not None)
+        for outcome, count in counts.items():
             self._outcomes[outcome].inc(count)
-        self._fast.clear()
+        if self._debug:
+            for received in finished:
+                if received.fast is not None:
+                    self._log_skip_debug(received, received.fast, 0.0)
+        self._count_skips(counts)
 
     async def __call__(self, received: Received) -> None:
         started = time.perf_counter()
@@ -161,20 +167,26 @@ class EventProcessor:
             self._after_commit(extracted)
 
     def _log_skip(self, received: Received, outcome: Outcome, elapsed: float) -> None:
-        """DEBUG per skip; at INFO, a count of skips by outcome once a minute (capture off is the first
-        thing a newcomer meets, and the skip path is too hot for a line per event)."""
         if self._debug:
-            log.debug(
-                "event_skipped",
-                **_coordinates(received.record, received.event),
-                outcome=outcome.value,
-                ms=round(elapsed * 1000, 1),
-            )
-        self._skips[outcome] += 1
+            self._log_skip_debug(received, outcome, elapsed)
+        self._count_skips({outcome: 1})
+
+    def _log_skip_debug(self, received: Received, outcome: Outcome, elapsed: float) -> None:
+        log.debug(
+            "event_skipped",
+            **_coordinates(received.record, received.event),
+            outcome=outcome.value,
+            ms=round(elapsed * 1000, 1),
+        )
+
+    def _count_skips(self, counts: Mapping[Outcome, int]) -> None:
+        """At INFO, a count of skips by outcome once a minute (capture off is the first thing a
+        newcomer meets, and the skip path is too hot for a line per event); DEBUG has one per skip."""
+        self._skips.update(counts)
         now = time.monotonic()
         if now - self._skips_since >= SKIP_SUMMARY_S:
-            counts = {outcome.value: n for outcome, n in self._skips.items()}
-            log.info("events_skipped", seconds=round(now - self._skips_since), **counts)
+            summary = {outcome.value: n for outcome, n in self._skips.items()}
+            log.info("events_skipped", seconds=round(now - self._skips_since), **summary)
             self._skips.clear()
             self._skips_since = now
 

@@ -138,7 +138,7 @@ async def test_a_failed_warm_up_still_hands_over_the_decoded_batch(make_handler:
     assert [r.record for r in received] == records
     assert received[0].event == event
     assert getattr(received[1].event, "reason", None) == "invalid_json"
-    assert processor.try_fast(received[0]) is False  # no switch known: the slow path decides
+    assert received[0].fast is None  # no switch known: the slow path decides
 
 
 def record(offset: int, value: bytes) -> ConsumerRecord[bytes, bytes]:

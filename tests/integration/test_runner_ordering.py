@@ -6,6 +6,7 @@ import asyncio
 import random
 import uuid
 from collections import defaultdict
+from typing import NamedTuple
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 
@@ -34,6 +35,13 @@ async def produce(bootstrap: str, topic: str) -> None:
         await producer.stop()
 
 
+class Slow(NamedTuple):
+    """A record whose processing always needs I/O."""
+
+    record: Record
+    fast: None = None
+
+
 class Recorder:
     """Processes records with random delays (an LLM answering in random order) and audits commits."""
 
@@ -56,16 +64,14 @@ class Recorder:
 
         consumer.commit = audited_commit  # type: ignore[method-assign]
 
-    async def prepare(self, records: list[Record]) -> list[Record]:
-        return records
+    async def prepare(self, records: list[Record]) -> list[Slow]:
+        return [Slow(record) for record in records]
 
-    def try_fast(self, record: ConsumerRecord[bytes, bytes]) -> bool:
-        return False
+    def taken(self, finished: list[Slow]) -> None:
+        assert finished == []  # nothing here is finished without I/O
 
-    def taken(self) -> None:
-        pass
-
-    async def __call__(self, record: ConsumerRecord[bytes, bytes]) -> None:
+    async def __call__(self, item: Slow) -> None:
+        record = item.record
         tp = TopicPartition(record.topic, record.partition)
         self.started[tp].add(record.offset)
         key, seq = record.value.decode().split(":")
@@ -185,9 +191,9 @@ class BatchRecorder(Recorder):
         super().__init__(consumer)
         self.batches: list[int] = []
 
-    async def prepare(self, records: list[Record]) -> list[Record]:
+    async def prepare(self, records: list[Record]) -> list[Slow]:
         self.batches.append(len(records))
-        return records
+        return await super().prepare(records)
 
 
 async def test_a_full_buffer_fetches_again_only_when_half_of_it_is_free(broker: Broker) -> None:

@@ -43,14 +43,10 @@ class Recording:
     async def prepare(self, records: list[Record]) -> list[Received]:
         return await self._processor.prepare(records)
 
-    def try_fast(self, item: Received) -> bool:
-        done = self._processor.try_fast(item)
-        if done:
+    def taken(self, finished: list[Received]) -> None:
+        self._processor.taken(finished)
+        for item in finished:
             self._endings.end(item.record)
-        return done
-
-    def taken(self) -> None:
-        self._processor.taken()
 
     async def __call__(self, item: Received) -> None:
         await self._processor(item)

@@ -4,8 +4,8 @@ FastStream's acknowledgement policies either commit past unfinished messages or 
 message in a hot loop, so this loop owns the consumer: events of one key (sessionId) on one partition
 run strictly in order, different keys run concurrently, and each partition is committed only up to its first
 unfinished offset. The loop knows nothing about memories: `process.prepare` turns each fetched batch
-into items (decoded once, caches warmed in one round trip), and `process(item)` returns once the
-item's effects are committed (or dead-lettered).
+into items (decoded once, caches warmed in one round trip, each item's outcome decided there when it
+needs no I/O), and `process(item)` returns once the item's effects are committed (or dead-lettered).
 """
 
 from __future__ import annotations
@@ -31,7 +31,15 @@ from service.core.backoff import Backoff
 log = structlog.get_logger(__name__)
 
 
-Item = TypeVar("Item")
+class Prepared(Protocol):
+    """What the runner reads of an item."""
+
+    @property
+    def fast(self) -> object | None:
+        """Not None when the item is finished as soon as it is taken (a skip that needs no I/O)."""
+
+
+Item = TypeVar("Item", bound=Prepared)
 Record: TypeAlias = ConsumerRecord[bytes, bytes]
 # Tries of an item whose processing raised (a bug: `process` handles every failure it expects).
 MAX_CRASHES = 3
@@ -45,11 +53,9 @@ class Process(Protocol[Item]):
     async def prepare(self, records: list[Record], /) -> list[Item]:
         """One item per record, in order; never raise (a failed warm-up leaves work to `__call__`)."""
 
-    def try_fast(self, item: Item, /) -> bool:
-        """Finish the item without I/O if possible; True when it is done."""
-
-    def taken(self) -> None:
-        """A fetched batch has been taken whole: publish what `try_fast` counted along the way."""
+    def taken(self, finished: list[Item], /) -> None:
+        """A fetched batch has been taken whole; these of its items were finished as they were
+        taken (their `fast` outcome stands): count them."""
 
     async def __call__(self, item: Item, /) -> None:
         """Return once the item's effects are committed; never raise for a bad record."""
@@ -97,6 +103,8 @@ class KeyOrderedRunner(Generic[Item]):
         self._paused = False
         self._last_commit = 0.0
         self._revocations = 0
+        # Fetched records not yet taken, per partition in fetch order (see `_read_ahead`).
+        self._ahead: deque[tuple[TopicPartition, deque[Record]]] = deque()
         self.alive = False
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -129,46 +137,91 @@ class KeyOrderedRunner(Generic[Item]):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._room.wait(), timeout=0.2)
             return
-        self._resume()
-        try:
-            batch = await self._consumer.getmany(timeout_ms=200, max_records=room)
-        except KafkaError as exc:
-            log.warning("kafka_fetch_failed", error=str(exc))
-            await asyncio.sleep(FETCH_RETRY_S)
-            return
-        fetched = [(tp, record) for tp, records in batch.items() for record in records]
-        if not fetched:
-            return
+        if not self._ahead:
+            self._resume()
+            if not await self._read_ahead():
+                return
+        else:
+            # A read-ahead is worked through a batch per turn of the loop: the fetcher reads the next
+            # response meanwhile, and the HTTP side stays responsive.
+            await asyncio.sleep(0)
+        batch = self._next_batch(room)
+        records = [record for records in batch.values() for record in records]
         revocations = self._revocations
-        items = await self._process.prepare([record for _tp, record in fetched])
+        items = await self._process.prepare(records)
         if self._revocations != revocations:
             # A rebalance ran meanwhile: each assigned partition is fetched again from its commit point.
             return
-        for (tp, record), item in zip(fetched, items, strict=True):
-            self._take(tp, record, item)
-        self._process.taken()
+        self._process.taken(self._take(batch, items))
 
-    def _take(self, tp: TopicPartition, record: Record, item: Item) -> None:
-        offsets = self._offsets.get(tp)
-        if offsets is None:
-            offsets = self._offsets[tp] = PartitionOffsets()
-        # Chains are per (partition, key): after the topic grows, one session has records on two
-        # partitions, and each record must finish on (and hold back the commits of) its own one.
-        # Kafka orders a key only within a partition, so nothing stricter is lost. No key means no
-        # session to order by; the partition's own order is kept instead.
-        key: Hashable = (tp.partition, record.key)
-        chain = self._chains.get(key)
-        if chain is None and self._process.try_fast(item):
-            # Nothing of this key is pending, so finishing now keeps the key's order; skips never
-            # wait behind model calls of other sessions, nor take a task.
-            offsets.pass_over(record.offset)
-            return
-        offsets.take(record.offset)
+    async def _read_ahead(self) -> bool:
+        """Take everything the consumer has fetched; False when there was nothing.
+
+        aiokafka asks a broker for more only once every partition it fetched from that broker has
+        been read out, so taking it all lets the next fetch travel while this one is worked on (the
+        read-ahead is one fetch response, at most `fetch_max_bytes`)."""
+        try:
+            fetched = await self._consumer.getmany(timeout_ms=200)
+        except KafkaError as exc:
+            log.warning("kafka_fetch_failed", error=str(exc))
+            await asyncio.sleep(FETCH_RETRY_S)
+            return False
+        self._ahead.extend((tp, deque(records)) for tp, records in fetched.items() if records)
+        if not self._ahead:
+            return False
+        await asyncio.sleep(0)  # the fetcher sends its next request before this batch's CPU work
+        return True
+
+    def _next_batch(self, room: int) -> dict[TopicPartition, list[Record]]:
+        """Up to `room` records of the read-ahead, each partition's in its order."""
+        batch: dict[TopicPartition, list[Record]] = {}
+        while self._ahead and room > 0:
+            tp, records = self._ahead[0]
+            if len(records) <= room:
+                self._ahead.popleft()
+                taken = list(records)
+            else:
+                taken = [records.popleft() for _ in range(room)]
+            batch.setdefault(tp, []).extend(taken)
+            room -= len(taken)
+        return batch
+
+    def _take(self, batch: dict[TopicPartition, list[Record]], items: list[Item]) -> list[Item]:
+        """Queue each record behind its key, or finish it at once; returns the ones finished."""
+        finished: list[Item] = []
+        chains = self._chains
+        start = 0
+        for tp, records in batch.items():
+            offsets = self._offsets.get(tp)
+            if offsets is None:
+                offsets = self._offsets[tp] = PartitionOffsets()
+            end = start + len(records)
+            for record, item in zip(records, items[start:end], strict=True):
+                # Chains are per (partition, key): after the topic grows, one session has records on
+                # two partitions, and each record must finish on (and hold back the commits of) its
+                # own one. Kafka orders a key only within a partition, so nothing stricter is lost. No
+                # key means no session to order by; the partition's own order is kept instead.
+                key: Hashable = (tp.partition, record.key)
+                if item.fast is not None and key not in chains:
+                    # Nothing of this key is pending, so finishing now keeps the key's order; skips
+                    # never wait behind model calls of other sessions, nor take a task.
+                    offsets.pass_over(record.offset)
+                    finished.append(item)
+                else:
+                    self._queue(tp, offsets, key, record.offset, item)
+            start = end
+        return finished
+
+    def _queue(
+        self, tp: TopicPartition, offsets: PartitionOffsets, key: Hashable, offset: int, item: Item
+    ) -> None:
+        offsets.take(offset)
         self._buffered += 1
         self._metrics.in_flight.set(self._buffered)
+        chain = self._chains.get(key)
         if chain is None:
             chain = self._chains[key] = _Chain(tp)
-        chain.queued.append((record.offset, item))
+        chain.queued.append((offset, item))
         if chain.task is None:
             chain.task = asyncio.create_task(self._drain(key, chain))
 
@@ -290,6 +343,8 @@ class KeyOrderedRunner(Generic[Item]):
 
     async def on_revoked(self, revoked: set[TopicPartition]) -> None:
         self._revocations += 1
+        # Not taken, so not counted in any commit: the partition's next owner fetches them again.
+        self._ahead = deque((tp, records) for tp, records in self._ahead if tp not in revoked)
         self._metrics.partitions_assigned.set(0)
         await self._settle(revoked)
 
