@@ -165,7 +165,7 @@ def build_consumption(
         session_timeout_ms=settings.kafka_session_timeout_ms,
         heartbeat_interval_ms=max(500, settings.kafka_session_timeout_ms // 5),
         max_partition_fetch_bytes=8 * 1024 * 1024,
-        fetch_max_bytes=32 * 1024 * 1024,
+        fetch_max_bytes=8 * 1024 * 1024,
         client_id="mao-memory",
     )
     runner = KeyOrderedRunner(
