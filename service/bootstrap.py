@@ -164,6 +164,8 @@ def build_consumption(
         auto_offset_reset="earliest",
         session_timeout_ms=settings.kafka_session_timeout_ms,
         heartbeat_interval_ms=max(500, settings.kafka_session_timeout_ms // 5),
+        # A partition's fetch holds the largest event (MAX_EVENT_BYTES) many times over; one fetch
+        # response holds as much, whatever the partition count.
         max_partition_fetch_bytes=8 * 1024 * 1024,
         fetch_max_bytes=8 * 1024 * 1024,
         client_id="mao-memory",

@@ -1,25 +1,34 @@
-"""How the runner hands a fetched batch over: prepared once, and dropped if a rebalance intervened."""
+"""How the runner takes fetched records: read ahead within a bound, handed over a buffer at a time,
+prepared once, finished at once or queued behind their key, and dropped when a rebalance revoked
+their partition meanwhile."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Container
+from itertools import pairwise
 from typing import Any, NamedTuple, cast
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
-from service.adapters.kafka.runner import KeyOrderedRunner, Record
+from service.adapters.kafka.runner import READ_AHEAD_RECORDS, KeyOrderedRunner, Record
 from service.adapters.metrics import Metrics
 
 TP = TopicPartition("t", 0)
+OTHER = TopicPartition("t", 1)
 
 
-class OneBatch:
-    """A consumer that serves a single fetch (by default of one partition), then nothing."""
+class OneFetch:
+    """A consumer that has fetched these records (by default of one partition) and nothing after
+    them; `getmany` hands them over as aiokafka does, at most `max_records` at a time, and writes
+    down when it was called and with what bound."""
 
     def __init__(self, records: list[Record] | dict[TopicPartition, list[Record]]) -> None:
-        self._batch = records if isinstance(records, dict) else {TP: records}
+        self._fetched = dict(records) if isinstance(records, dict) else {TP: records}
+        self._assigned = set(self._fetched) | {TP}
         self.committed: dict[TopicPartition, int] = {}
+        self.calls: list[tuple[float, int | None]] = []  # (monotonic time, max_records)
 
     def subscribe(self, topics: list[str], listener: Any) -> None:
         pass
@@ -30,18 +39,33 @@ class OneBatch:
     async def stop(self) -> None:
         pass
 
-    async def getmany(self, timeout_ms: int, max_records: int | None = None) -> dict[TopicPartition, list[Record]]:
-        batch, self._batch = self._batch, {}
-        await asyncio.sleep(0.01)
-        return batch
+    async def getmany(
+        self, timeout_ms: int, max_records: int | None = None
+    ) -> dict[TopicPartition, list[Record]]:
+        self.calls.append((time.monotonic(), max_records))
+        batch: dict[TopicPartition, list[Record]] = {}
+        left = max_records if max_records is not None else sum(map(len, self._fetched.values()))
+        for tp, records in self._fetched.items():
+            if left <= 0:
+                break
+            batch[tp], self._fetched[tp] = records[:left], records[left:]
+            left -= len(batch[tp])
+        await asyncio.sleep(0.01 if not any(batch.values()) else 0)
+        return {tp: records for tp, records in batch.items() if records}
 
     async def commit(self, offsets: dict[TopicPartition, Any]) -> None:
         self.committed.update({tp: meta.offset for tp, meta in offsets.items()})
 
     def assignment(self) -> set[TopicPartition]:
-        return set(self._batch) | set(self.committed) | {TP}
+        return set(self._assigned)
 
     def pause(self, *partitions: TopicPartition) -> None:
+        pass
+
+    def paused(self) -> set[TopicPartition]:
+        return set()
+
+    def resume(self, *partitions: TopicPartition) -> None:
         pass
 
     def highwater(self, tp: TopicPartition) -> int | None:
@@ -54,12 +78,20 @@ class Item(NamedTuple):
 
 
 class Recorder:
-    """Finishes every record as it is taken, except those at `slow` offsets, which need `__call__`."""
+    """Finishes every record as it is taken, except those at `slow` offsets, which need `__call__`
+    (and wait there for `release`, when given). `revoke`: the partitions a rebalance revokes while
+    the first batch is prepared."""
 
-    def __init__(self, revoke_during_prepare: bool, slow: Container[int] = ()) -> None:
+    def __init__(
+        self,
+        revoke: set[TopicPartition] | None = None,
+        slow: Container[int] = (),
+        release: asyncio.Event | None = None,
+    ) -> None:
         self.runner: KeyOrderedRunner[Item] | None = None
-        self.revoke = revoke_during_prepare
+        self.revoke = revoke
         self.slow = slow
+        self.release = release
         self.prepared: list[list[int]] = []
         self.partitions: list[list[int]] = []  # the partition of each prepared record
         self.taken_batches: list[list[int]] = []  # what each taken batch finished at once
@@ -69,13 +101,16 @@ class Recorder:
         self.prepared.append([r.offset for r in records])
         self.partitions.append([r.partition for r in records])
         if self.revoke and self.runner is not None:
-            await self.runner.on_revoked({TP})  # the group rebalanced while the batch was prepared
+            await self.runner.on_revoked(self.revoke)  # the group rebalanced while the batch was prepared
+            self.revoke = None
         return [Item(r, None if r.offset in self.slow else "skipped") for r in records]
 
     def taken(self, finished: list[Item]) -> None:
         self.taken_batches.append([item.record.offset for item in finished])
 
     async def __call__(self, item: Item) -> None:
+        if self.release is not None:
+            await self.release.wait()
         self.called.append(item.record.offset)
 
 
@@ -84,23 +119,29 @@ def record(offset: int, key: bytes, partition: int = 0) -> Record:
 
 
 async def run_briefly(
-    recorder: Recorder, records: list[Record] | dict[TopicPartition, list[Record]]
-) -> OneBatch:
-    consumer = OneBatch(records)
+    recorder: Recorder,
+    records: list[Record] | dict[TopicPartition, list[Record]],
+    seconds: float = 0.1,
+    max_buffered: int = 16,
+) -> OneFetch:
+    consumer = OneFetch(records)
     runner = KeyOrderedRunner(
-        cast(AIOKafkaConsumer, consumer), "t", recorder, Metrics(), max_buffered=16, grace_s=0
+        cast(AIOKafkaConsumer, consumer), "t", recorder, Metrics(), max_buffered=max_buffered, grace_s=0
     )
     recorder.runner = runner
     stop = asyncio.Event()
     task = asyncio.create_task(runner.run(stop))
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(seconds)
+    if recorder.release is not None:
+        recorder.release.set()
+        await asyncio.sleep(0.1)
     stop.set()
     await task
     return consumer
 
 
 async def test_a_batch_is_prepared_once_and_each_record_taken_in_order() -> None:
-    recorder = Recorder(revoke_during_prepare=False)
+    recorder = Recorder()
 
     consumer = await run_briefly(recorder, [record(o, b"k%d" % (o % 2)) for o in range(4)])
 
@@ -111,7 +152,7 @@ async def test_a_batch_is_prepared_once_and_each_record_taken_in_order() -> None
 
 
 async def test_records_that_need_io_are_queued_and_not_counted_as_finished_at_once() -> None:
-    recorder = Recorder(revoke_during_prepare=False, slow=range(4))
+    recorder = Recorder(slow=range(4))
 
     consumer = await run_briefly(recorder, [record(o, b"k%d" % (o % 2)) for o in range(4)])
 
@@ -123,7 +164,7 @@ async def test_records_that_need_io_are_queued_and_not_counted_as_finished_at_on
 async def test_a_record_decided_at_once_still_waits_behind_its_key() -> None:
     """Offset 1 needs no I/O, but offset 0 of its key is still pending: finishing 1 first would
     break the key's order, so it is queued behind 0. Offset 2, another key, finishes at once."""
-    recorder = Recorder(revoke_during_prepare=False, slow={0})
+    recorder = Recorder(slow={0})
 
     consumer = await run_briefly(recorder, [record(0, b"a"), record(1, b"a"), record(2, b"b")])
 
@@ -133,38 +174,76 @@ async def test_a_record_decided_at_once_still_waits_behind_its_key() -> None:
 
 
 async def test_a_batch_that_a_rebalance_overtook_is_dropped_for_refetching() -> None:
-    recorder = Recorder(revoke_during_prepare=True)
+    recorder = Recorder(revoke={TP})
 
     consumer = await run_briefly(recorder, [record(o, b"k") for o in range(3)])
 
     assert recorder.prepared == [[0, 1, 2]]
-    assert recorder.taken_batches == [] and recorder.called == []
+    assert recorder.taken_batches == [[]] and recorder.called == []
     assert consumer.committed == {}  # the new owner fetches the batch again from the last commit
 
 
 async def test_a_fetch_larger_than_the_buffer_is_taken_a_buffer_at_a_time_in_partition_order() -> None:
-    """The whole fetch is read ahead (so the next one can travel meanwhile) but handed over at most
+    """The fetch is read ahead (so the next one can travel meanwhile) but handed over at most
     `max_buffered` (16) records at a time, each partition's records in their order."""
-    recorder = Recorder(revoke_during_prepare=False)
-    other = TopicPartition("t", 1)
+    recorder = Recorder()
     fetch = {
         TP: [record(o, b"k%d" % (o % 3)) for o in range(20)],
-        other: [record(o, b"j", partition=1) for o in range(10)],
+        OTHER: [record(o, b"j", partition=1) for o in range(10)],
     }
 
     consumer = await run_briefly(recorder, fetch)
 
     assert recorder.prepared == [list(range(16)), [16, 17, 18, 19, *range(10)]]
     assert recorder.partitions == [[0] * 16, [0] * 4 + [1] * 10]
-    assert consumer.committed == {TP: 20, other: 10}
+    assert consumer.committed == {TP: 20, OTHER: 10}
 
 
 async def test_a_rebalance_drops_the_read_ahead_of_the_revoked_partitions() -> None:
     """Records read ahead but not taken are in no commit: the partition's next owner fetches them."""
-    recorder = Recorder(revoke_during_prepare=True)
+    recorder = Recorder(revoke={TP})
 
     consumer = await run_briefly(recorder, [record(o, b"k") for o in range(40)])
 
     assert recorder.prepared == [list(range(16))]  # the rest of the fetch was never handed over
-    assert recorder.taken_batches == [] and recorder.called == []
+    assert recorder.taken_batches == [[]] and recorder.called == []
     assert consumer.committed == {}
+
+
+async def test_a_partition_kept_through_a_rebalance_loses_none_of_its_records() -> None:
+    """A rebalance that revokes one partition while a batch holding two is prepared: the revoked
+    one's records are dropped (its next owner fetches them), the kept one's are taken as usual, and
+    its commit covers every one of them."""
+    recorder = Recorder(revoke={TP})
+    fetch = {TP: [record(o, b"k") for o in range(4)], OTHER: [record(o, b"j", 1) for o in range(20)]}
+
+    consumer = await run_briefly(recorder, fetch)
+
+    assert recorder.partitions[0] == [0] * 4 + [1] * 12
+    assert [o for batch in recorder.taken_batches for o in batch] == list(range(20))
+    assert consumer.committed == {OTHER: 20}
+
+
+async def test_the_read_ahead_is_bounded() -> None:
+    """However much aiokafka has fetched, the runner holds at most READ_AHEAD_RECORDS of it."""
+    recorder = Recorder(slow=range(10**6), release=asyncio.Event())
+    fetch = [record(o, b"k%d" % (o % 7)) for o in range(3 * READ_AHEAD_RECORDS)]
+
+    consumer = await run_briefly(recorder, fetch, seconds=0.3)
+
+    asked = [bound for _at, bound in consumer.calls]
+    assert asked and all(bound is not None and 1 <= bound <= READ_AHEAD_RECORDS for bound in asked)
+
+
+async def test_getmany_is_called_while_the_buffer_is_full() -> None:
+    """Back-pressure pauses fetching, but aiokafka leaves the group when `getmany` goes uncalled for
+    `max_poll_interval_ms`: a buffer full of records waiting on a slow model must not do that."""
+    recorder = Recorder(slow=range(10**6), release=asyncio.Event())
+    fetch = [record(o, b"k%d" % o) for o in range(100)]
+
+    consumer = await run_briefly(recorder, fetch, seconds=1.5, max_buffered=4)
+
+    # From the first fetch on, the buffer is full until the model is released after 1.5 s.
+    times = [at for at, _bound in consumer.calls]
+    gaps = [b - a for a, b in pairwise(times)]
+    assert len(times) >= 5 and max(gaps) < 0.5, gaps

@@ -3,9 +3,10 @@
 FastStream's acknowledgement policies either commit past unfinished messages or redeliver a poison
 message in a hot loop, so this loop owns the consumer: events of one key (sessionId) on one partition
 run strictly in order, different keys run concurrently, and each partition is committed only up to its first
-unfinished offset. The loop knows nothing about memories: `process.prepare` turns each fetched batch
-into items (decoded once, caches warmed in one round trip, each item's outcome decided there when it
-needs no I/O), and `process(item)` returns once the item's effects are committed (or dead-lettered).
+unfinished offset. The loop knows nothing about memories: `process.prepare` turns each batch of
+fetched records into items (decoded once, caches warmed in one round trip, each item's outcome
+decided there when it needs no I/O), and `process(item)` returns once the item's effects are
+committed (or dead-lettered).
 """
 
 from __future__ import annotations
@@ -47,6 +48,11 @@ MAX_CRASHES = 3
 CRASH_BACKOFF = Backoff(0.5)
 # A failed fetch is tried again this long after, without end: the poll loop runs until it is stopped.
 FETCH_RETRY_S = 1.0
+# Records read ahead of the buffer: taken from aiokafka early, so that it fetches the next ones while
+# these are worked on (it asks a broker again once what it fetched from it is read out), and bounded,
+# so that the read-ahead never holds a whole fetch response as Python objects, nor does one read stall
+# the loop decoding it (about 8 ms for this many, 35 ms when every batch has to be read leniently).
+READ_AHEAD_RECORDS = 8192
 
 
 class Process(Protocol[Item]):
@@ -54,8 +60,8 @@ class Process(Protocol[Item]):
         """One item per record, in order; never raise (a failed warm-up leaves work to `__call__`)."""
 
     def taken(self, finished: list[Item], /) -> None:
-        """A fetched batch has been taken whole; these of its items were finished as they were
-        taken (their `fast` outcome stands): count them."""
+        """A prepared batch has been taken; these of its items were finished as they were taken
+        (their `fast` outcome stands): count them."""
 
     async def __call__(self, item: Item, /) -> None:
         """Return once the item's effects are committed; never raise for a bad record."""
@@ -102,9 +108,10 @@ class KeyOrderedRunner(Generic[Item]):
         self._room = asyncio.Event()
         self._paused = False
         self._last_commit = 0.0
-        self._revocations = 0
-        # Fetched records not yet taken, per partition in fetch order (see `_read_ahead`).
+        self._revoked_meanwhile: set[TopicPartition] = set()  # while a batch is prepared
+        # Fetched records not yet taken, per partition in fetch order (see READ_AHEAD_RECORDS).
         self._ahead: deque[tuple[TopicPartition, deque[Record]]] = deque()
+        self._ahead_count = 0
         self.alive = False
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -131,46 +138,42 @@ class KeyOrderedRunner(Generic[Item]):
     async def _poll_once(self) -> None:
         room = self._max_buffered - self._buffered
         if room <= 0 or (self._paused and self._buffered > self._resume_at):
-            # Back-pressure: stop fetching but keep polling, so the group sees this member alive.
+            # Back-pressure: stop fetching, but keep calling `getmany` (it returns nothing while
+            # paused): aiokafka leaves the group when it is not called for `max_poll_interval_ms`.
             self._pause()
+            await self._read_ahead(timeout_ms=0)
             self._room.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._room.wait(), timeout=0.2)
             return
+        self._resume()
+        if self._ahead_count < READ_AHEAD_RECORDS:
+            await self._read_ahead(timeout_ms=0 if self._ahead else 200)
         if not self._ahead:
-            self._resume()
-            if not await self._read_ahead():
-                return
-        else:
-            # A read-ahead is worked through a batch per turn of the loop: the fetcher reads the next
-            # response meanwhile, and the HTTP side stays responsive.
-            await asyncio.sleep(0)
+            return
+        # One batch per turn of the loop: the fetcher and the HTTP side run between batches.
+        await asyncio.sleep(0)
         batch = self._next_batch(room)
         records = [record for records in batch.values() for record in records]
-        revocations = self._revocations
+        self._revoked_meanwhile.clear()
         items = await self._process.prepare(records)
-        if self._revocations != revocations:
-            # A rebalance ran meanwhile: each assigned partition is fetched again from its commit point.
-            return
-        self._process.taken(self._take(batch, items))
+        # Records of a partition revoked meanwhile are not taken: its next owner fetches them again
+        # from the commit point, and taking them would track offsets of a partition not held.
+        self._process.taken(self._take(batch, items, skip=self._revoked_meanwhile))
 
-    async def _read_ahead(self) -> bool:
-        """Take everything the consumer has fetched; False when there was nothing.
-
-        aiokafka asks a broker for more only once every partition it fetched from that broker has
-        been read out, so taking it all lets the next fetch travel while this one is worked on (the
-        read-ahead is one fetch response, at most `fetch_max_bytes`)."""
+    async def _read_ahead(self, timeout_ms: int) -> None:
+        """Take what the consumer has fetched, up to the read-ahead's bound."""
+        limit = READ_AHEAD_RECORDS - self._ahead_count
         try:
-            fetched = await self._consumer.getmany(timeout_ms=200)
+            fetched = await self._consumer.getmany(timeout_ms=timeout_ms, max_records=max(limit, 1))
         except KafkaError as exc:
             log.warning("kafka_fetch_failed", error=str(exc))
             await asyncio.sleep(FETCH_RETRY_S)
-            return False
-        self._ahead.extend((tp, deque(records)) for tp, records in fetched.items() if records)
-        if not self._ahead:
-            return False
-        await asyncio.sleep(0)  # the fetcher sends its next request before this batch's CPU work
-        return True
+            return
+        for tp, records in fetched.items():
+            if records:
+                self._ahead.append((tp, deque(records)))
+                self._ahead_count += len(records)
 
     def _next_batch(self, room: int) -> dict[TopicPartition, list[Record]]:
         """Up to `room` records of the read-ahead, each partition's in its order."""
@@ -184,18 +187,25 @@ class KeyOrderedRunner(Generic[Item]):
                 taken = [records.popleft() for _ in range(room)]
             batch.setdefault(tp, []).extend(taken)
             room -= len(taken)
+            self._ahead_count -= len(taken)
         return batch
 
-    def _take(self, batch: dict[TopicPartition, list[Record]], items: list[Item]) -> list[Item]:
-        """Queue each record behind its key, or finish it at once; returns the ones finished."""
+    def _take(
+        self, batch: dict[TopicPartition, list[Record]], items: list[Item], skip: set[TopicPartition]
+    ) -> list[Item]:
+        """Queue each record behind its key, or finish it at once; returns the ones finished.
+        `skip`: partitions whose records are dropped."""
         finished: list[Item] = []
         chains = self._chains
         start = 0
         for tp, records in batch.items():
+            end = start + len(records)
+            if tp in skip:
+                start = end
+                continue
             offsets = self._offsets.get(tp)
             if offsets is None:
                 offsets = self._offsets[tp] = PartitionOffsets()
-            end = start + len(records)
             for record, item in zip(records, items[start:end], strict=True):
                 # Chains are per (partition, key): after the topic grows, one session has records on
                 # two partitions, and each record must finish on (and hold back the commits of) its
@@ -342,9 +352,10 @@ class KeyOrderedRunner(Generic[Item]):
         await self._settle(None)
 
     async def on_revoked(self, revoked: set[TopicPartition]) -> None:
-        self._revocations += 1
+        self._revoked_meanwhile |= revoked
         # Not taken, so not counted in any commit: the partition's next owner fetches them again.
         self._ahead = deque((tp, records) for tp, records in self._ahead if tp not in revoked)
+        self._ahead_count = sum(len(records) for _tp, records in self._ahead)
         self._metrics.partitions_assigned.set(0)
         await self._settle(revoked)
 
