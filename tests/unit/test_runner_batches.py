@@ -10,9 +10,11 @@ from collections.abc import Container
 from itertools import pairwise
 from typing import Any, NamedTuple, cast
 
+import pytest
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
-from service.adapters.kafka.runner import READ_AHEAD_RECORDS, KeyOrderedRunner, Record
+from service.adapters.kafka import runner
+from service.adapters.kafka.runner import READ_AHEAD_BYTES, READ_AHEAD_RECORDS, KeyOrderedRunner, Record
 from service.adapters.metrics import Metrics
 
 TP = TopicPartition("t", 0)
@@ -21,14 +23,22 @@ OTHER = TopicPartition("t", 1)
 
 class OneFetch:
     """A consumer that has fetched these records (by default of one partition) and nothing after
-    them; `getmany` hands them over as aiokafka does, at most `max_records` at a time, and writes
-    down when it was called and with what bound."""
+    them; `getmany` hands them over as aiokafka does, at most `max_records` (and `per_call`) at a
+    time, none while paused, and writes down when it was called, with what bound, and how many
+    records it served."""
 
-    def __init__(self, records: list[Record] | dict[TopicPartition, list[Record]]) -> None:
+    def __init__(
+        self, records: list[Record] | dict[TopicPartition, list[Record]], per_call: int | None = None
+    ) -> None:
         self._fetched = dict(records) if isinstance(records, dict) else {TP: records}
         self._assigned = set(self._fetched) | {TP}
+        self._per_call = per_call
+        self._paused = False
         self.committed: dict[TopicPartition, int] = {}
         self.calls: list[tuple[float, int | None]] = []  # (monotonic time, max_records)
+        self.paused_calls = 0  # aiokafka drops what it fetched for a paused partition on these
+        self.served = 0
+        self.served_while_blocked = 0  # by the time a blocked model was released
 
     def subscribe(self, topics: list[str], listener: Any) -> None:
         pass
@@ -43,14 +53,17 @@ class OneFetch:
         self, timeout_ms: int, max_records: int | None = None
     ) -> dict[TopicPartition, list[Record]]:
         self.calls.append((time.monotonic(), max_records))
+        self.paused_calls += self._paused
         batch: dict[TopicPartition, list[Record]] = {}
         left = max_records if max_records is not None else sum(map(len, self._fetched.values()))
+        left = min(left, self._per_call or left, 0 if self._paused else left)
         for tp, records in self._fetched.items():
             if left <= 0:
                 break
             batch[tp], self._fetched[tp] = records[:left], records[left:]
             left -= len(batch[tp])
         await asyncio.sleep(0.01 if not any(batch.values()) else 0)
+        self.served += sum(map(len, batch.values()))
         return {tp: records for tp, records in batch.items() if records}
 
     async def commit(self, offsets: dict[TopicPartition, Any]) -> None:
@@ -60,13 +73,13 @@ class OneFetch:
         return set(self._assigned)
 
     def pause(self, *partitions: TopicPartition) -> None:
-        pass
+        self._paused = True
 
     def paused(self) -> set[TopicPartition]:
-        return set()
+        return set(self._assigned) if self._paused else set()
 
     def resume(self, *partitions: TopicPartition) -> None:
-        pass
+        self._paused = False
 
     def highwater(self, tp: TopicPartition) -> int | None:
         return None
@@ -87,8 +100,12 @@ class Recorder:
         revoke: set[TopicPartition] | None = None,
         slow: Container[int] = (),
         release: asyncio.Event | None = None,
+        prepare_s: float = 0.0,
     ) -> None:
         self.runner: KeyOrderedRunner[Item] | None = None
+        self.consumer: OneFetch | None = None
+        self.prepare_s = prepare_s
+        self.held: list[tuple[int, int]] = []  # (records served, records prepared) at each prepare
         self.revoke = revoke
         self.slow = slow
         self.release = release
@@ -98,6 +115,9 @@ class Recorder:
         self.called: list[int] = []
 
     async def prepare(self, records: list[Record]) -> list[Item]:
+        if self.consumer is not None:
+            self.held.append((self.consumer.served, sum(map(len, self.prepared))))
+        await asyncio.sleep(self.prepare_s)
         self.prepared.append([r.offset for r in records])
         self.partitions.append([r.partition for r in records])
         if self.revoke and self.runner is not None:
@@ -114,8 +134,8 @@ class Recorder:
         self.called.append(item.record.offset)
 
 
-def record(offset: int, key: bytes, partition: int = 0) -> Record:
-    return ConsumerRecord("t", partition, offset, 0, 0, key, b"{}", None, 0, 2, ())
+def record(offset: int, key: bytes, partition: int = 0, value: bytes = b"{}") -> Record:
+    return ConsumerRecord("t", partition, offset, 0, 0, key, value, None, len(key), len(value), ())
 
 
 async def run_briefly(
@@ -123,15 +143,17 @@ async def run_briefly(
     records: list[Record] | dict[TopicPartition, list[Record]],
     seconds: float = 0.1,
     max_buffered: int = 16,
+    per_call: int | None = None,
 ) -> OneFetch:
-    consumer = OneFetch(records)
+    consumer = OneFetch(records, per_call)
     runner = KeyOrderedRunner(
         cast(AIOKafkaConsumer, consumer), "t", recorder, Metrics(), max_buffered=max_buffered, grace_s=0
     )
-    recorder.runner = runner
+    recorder.runner, recorder.consumer = runner, consumer
     stop = asyncio.Event()
     task = asyncio.create_task(runner.run(stop))
     await asyncio.sleep(seconds)
+    consumer.served_while_blocked = consumer.served
     if recorder.release is not None:
         recorder.release.set()
         await asyncio.sleep(0.1)
@@ -224,8 +246,8 @@ async def test_a_partition_kept_through_a_rebalance_loses_none_of_its_records() 
     assert consumer.committed == {OTHER: 20}
 
 
-async def test_the_read_ahead_is_bounded() -> None:
-    """However much aiokafka has fetched, the runner holds at most READ_AHEAD_RECORDS of it."""
+async def test_the_read_ahead_is_bounded_in_records() -> None:
+    """However much aiokafka has fetched, one read takes at most READ_AHEAD_RECORDS of it."""
     recorder = Recorder(slow=range(10**6), release=asyncio.Event())
     fetch = [record(o, b"k%d" % (o % 7)) for o in range(3 * READ_AHEAD_RECORDS)]
 
@@ -233,11 +255,38 @@ async def test_the_read_ahead_is_bounded() -> None:
 
     asked = [bound for _at, bound in consumer.calls]
     assert asked and all(bound is not None and 1 <= bound <= READ_AHEAD_RECORDS for bound in asked)
+    assert consumer.served_while_blocked <= READ_AHEAD_RECORDS
 
 
-async def test_getmany_is_called_while_the_buffer_is_full() -> None:
-    """Back-pressure pauses fetching, but aiokafka leaves the group when `getmany` goes uncalled for
-    `max_poll_interval_ms`: a buffer full of records waiting on a slow model must not do that."""
+async def test_the_read_ahead_is_bounded_in_bytes() -> None:
+    """Records of 64 KiB fetched 50 at a time (3.2 MiB), worked off 16 at a time: reading ahead
+    pauses while READ_AHEAD_BYTES are held."""
+    recorder = Recorder(prepare_s=0.005)
+    big = b"x" * 65536
+    fetch = [record(o, b"k%d" % o, value=big) for o in range(1000)]
+
+    consumer = await run_briefly(recorder, fetch, seconds=1.0, max_buffered=16, per_call=50)
+
+    held = [served - prepared for served, prepared in recorder.held]  # at each prepare
+    assert max(held) <= READ_AHEAD_BYTES // len(big) + 50  # one read may cross the bound
+    assert sum(map(len, recorder.prepared)) == consumer.served == 1000
+
+
+async def test_a_full_buffer_does_not_make_aiokafka_fetch_again_and_again() -> None:
+    """While the buffer waits on the model, every partition is paused: a `getmany` then would drop
+    what aiokafka fetched, to be fetched again on resuming."""
+    recorder = Recorder(slow=range(10**6), release=asyncio.Event())
+    fetch = [record(o, b"k%d" % o) for o in range(100)]
+
+    consumer = await run_briefly(recorder, fetch, seconds=1.0, max_buffered=4)
+
+    assert consumer.paused_calls == 0
+
+
+async def test_getmany_is_still_called_while_the_buffer_is_full(monkeypatch: pytest.MonkeyPatch) -> None:
+    """aiokafka leaves the group when `getmany` goes uncalled for `max_poll_interval_ms`: a buffer
+    full of records waiting on a slow model calls it every KEEP_ALIVE_S (0.1 s here)."""
+    monkeypatch.setattr(runner, "KEEP_ALIVE_S", 0.1)
     recorder = Recorder(slow=range(10**6), release=asyncio.Event())
     fetch = [record(o, b"k%d" % o) for o in range(100)]
 
@@ -246,4 +295,4 @@ async def test_getmany_is_called_while_the_buffer_is_full() -> None:
     # From the first fetch on, the buffer is full until the model is released after 1.5 s.
     times = [at for at, _bound in consumer.calls]
     gaps = [b - a for a, b in pairwise(times)]
-    assert len(times) >= 5 and max(gaps) < 0.5, gaps
+    assert consumer.paused_calls >= 5 and max(gaps) < 0.5, gaps

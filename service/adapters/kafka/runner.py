@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 from typing import Any, Generic, Protocol, TypeAlias, TypeVar
 
 import structlog
@@ -49,10 +49,16 @@ CRASH_BACKOFF = Backoff(0.5)
 # A failed fetch is tried again this long after, without end: the poll loop runs until it is stopped.
 FETCH_RETRY_S = 1.0
 # Records read ahead of the buffer: taken from aiokafka early, so that it fetches the next ones while
-# these are worked on (it asks a broker again once what it fetched from it is read out), and bounded,
-# so that the read-ahead never holds a whole fetch response as Python objects, nor does one read stall
-# the loop decoding it (about 8 ms for this many, 35 ms when every batch has to be read leniently).
+# these are worked on (it asks a broker for more once what it fetched from it is read out, or after its
+# 0.1 s prefetch back-off). Bounded in records, so that one read does not stall the loop decoding
+# (about 8 ms for this many, 35 ms when every batch has to be read leniently), and in bytes: no new
+# read starts while the read-ahead holds this much of keys and values.
 READ_AHEAD_RECORDS = 8192
+READ_AHEAD_BYTES = 8 * 1024 * 1024
+# Under back-pressure `getmany` is called this often only: it returns nothing while every partition is
+# paused, and drops what aiokafka fetched for them (fetched again on resuming), but aiokafka leaves
+# the group when it goes uncalled for `max_poll_interval_ms` (300 s by default).
+KEEP_ALIVE_S = 30.0
 
 
 class Process(Protocol[Item]):
@@ -112,6 +118,8 @@ class KeyOrderedRunner(Generic[Item]):
         # Fetched records not yet taken, per partition in fetch order (see READ_AHEAD_RECORDS).
         self._ahead: deque[tuple[TopicPartition, deque[Record]]] = deque()
         self._ahead_count = 0
+        self._ahead_bytes = 0
+        self._polled_at = time.monotonic()  # the last call of `getmany`
         self.alive = False
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -138,22 +146,22 @@ class KeyOrderedRunner(Generic[Item]):
     async def _poll_once(self) -> None:
         room = self._max_buffered - self._buffered
         if room <= 0 or (self._paused and self._buffered > self._resume_at):
-            # Back-pressure: stop fetching, but keep calling `getmany` (it returns nothing while
-            # paused): aiokafka leaves the group when it is not called for `max_poll_interval_ms`.
+            # Back-pressure: fetching stops, and `getmany` is called only to stay in the group.
             self._pause()
-            await self._read_ahead(timeout_ms=0)
+            if time.monotonic() - self._polled_at >= KEEP_ALIVE_S:
+                await self._read_ahead(timeout_ms=0)
             self._room.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._room.wait(), timeout=0.2)
             return
         self._resume()
-        if self._ahead_count < READ_AHEAD_RECORDS:
+        if self._ahead_count < READ_AHEAD_RECORDS and self._ahead_bytes < READ_AHEAD_BYTES:
             await self._read_ahead(timeout_ms=0 if self._ahead else 200)
-        if not self._ahead:
-            return
         # One batch per turn of the loop: the fetcher and the HTTP side run between batches.
         await asyncio.sleep(0)
         batch = self._next_batch(room)
+        if not batch:
+            return
         records = [record for records in batch.values() for record in records]
         self._revoked_meanwhile.clear()
         items = await self._process.prepare(records)
@@ -164,6 +172,7 @@ class KeyOrderedRunner(Generic[Item]):
     async def _read_ahead(self, timeout_ms: int) -> None:
         """Take what the consumer has fetched, up to the read-ahead's bound."""
         limit = READ_AHEAD_RECORDS - self._ahead_count
+        self._polled_at = time.monotonic()
         try:
             fetched = await self._consumer.getmany(timeout_ms=timeout_ms, max_records=max(limit, 1))
         except KafkaError as exc:
@@ -174,6 +183,7 @@ class KeyOrderedRunner(Generic[Item]):
             if records:
                 self._ahead.append((tp, deque(records)))
                 self._ahead_count += len(records)
+                self._ahead_bytes += _size(records)
 
     def _next_batch(self, room: int) -> dict[TopicPartition, list[Record]]:
         """Up to `room` records of the read-ahead, each partition's in its order."""
@@ -188,6 +198,7 @@ class KeyOrderedRunner(Generic[Item]):
             batch.setdefault(tp, []).extend(taken)
             room -= len(taken)
             self._ahead_count -= len(taken)
+            self._ahead_bytes -= _size(taken)
         return batch
 
     def _take(
@@ -356,6 +367,7 @@ class KeyOrderedRunner(Generic[Item]):
         # Not taken, so not counted in any commit: the partition's next owner fetches them again.
         self._ahead = deque((tp, records) for tp, records in self._ahead if tp not in revoked)
         self._ahead_count = sum(len(records) for _tp, records in self._ahead)
+        self._ahead_bytes = sum(_size(records) for _tp, records in self._ahead)
         self._metrics.partitions_assigned.set(0)
         await self._settle(revoked)
 
@@ -364,6 +376,11 @@ class KeyOrderedRunner(Generic[Item]):
             self._consumer.pause(*assigned)
         self._metrics.partitions_assigned.set(len(self._consumer.assignment()))
         self._metrics.rebalances.inc()
+
+
+def _size(records: Iterable[Record]) -> int:
+    """The bytes of the records' keys and values."""
+    return sum(max(r.serialized_key_size, 0) + max(r.serialized_value_size, 0) for r in records)
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
