@@ -3,6 +3,9 @@ replay reads back."""
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from service.adapters.kafka.dead_letters import (
     ERROR,
     NULL_KEY,
@@ -54,3 +57,15 @@ def test_the_last_resort_keeps_only_the_verdict_and_the_coordinates() -> None:
         "x-original-partition",
         "x-original-offset",
     ]
+
+
+@given(st.binary(max_size=40) | st.text(max_size=40).map(str.encode) | st.just(b"9" * 5000) | st.none())
+def test_any_replay_count_a_header_carries_is_counted_on(count: bytes | None) -> None:
+    """A dead letter's headers come from whoever produced it: a count that is not a plain number
+    (a superscript digit, 5,000 digits, bytes that are not UTF-8) restarts at 1, never raises."""
+    _, headers = replayed(b"{}", b"7", [*letter([]), (REPLAY_COUNT, count)])
+    [written] = [v for k, v in headers if k == REPLAY_COUNT]
+    assert written is not None and written.isdigit() and int(written) >= 1
+    text = (count or b"").decode("utf-8", "replace")
+    if text.isascii() and text.isdigit() and len(text) <= 18:
+        assert int(written) == int(text) + 1

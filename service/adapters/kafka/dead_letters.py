@@ -165,9 +165,16 @@ def replayed(value: bytes | None, key: bytes | None, headers: Headers) -> tuple[
     the original ones without the verdict, counting the replays."""
     if header(headers, NULL_KEY) and value is not None:
         key = None
-    count = header(headers, REPLAY_COUNT) or "0"
     kept = [(k, v) for k, v in headers if k not in {REASON, ERROR, REPLAY_COUNT, NULL_KEY}]
-    return key, [*kept, (REPLAY_COUNT, str(int(count) + 1 if count.isdigit() else 1).encode())]
+    return key, [*kept, (REPLAY_COUNT, str(_replays(header(headers, REPLAY_COUNT)) + 1).encode())]
+
+
+def _replays(count: str | None) -> int:
+    """The replays a forged or garbled count stands for: 0 unless it is a plain ASCII number (a
+    superscript digit passes `isdigit` and fails `int`, and `int` refuses over 4,300 digits)."""
+    if count is None or not (count.isascii() and count.isdigit() and len(count) <= 18):
+        return 0
+    return int(count)
 
 
 class DeadLetterPublisher:
