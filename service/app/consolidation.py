@@ -36,7 +36,7 @@ from service.core.consolidation_ops import (
 )
 from service.core.labels import ConsolidatedOp, LlmPurpose, LlmResult
 from service.core.model import Group, MemoryRow, Source, Status, session_groups
-from service.core.records import HistoryAction, HistoryEntry
+from service.core.records import HistoryAction, HistoryActor, HistoryEntry
 
 log = structlog.get_logger(__name__)
 MAX_CONCURRENT_RUNS = 4
@@ -201,7 +201,7 @@ class Consolidator:
         return RunResult.APPLIED
 
 
-ACTOR = "consolidator"
+ACTOR = HistoryActor.CONSOLIDATOR
 
 
 async def _write(uow: UnitOfWork, user: int, op: Op, model: str, now: datetime) -> None:

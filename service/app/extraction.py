@@ -36,7 +36,7 @@ from service.core.persist_plan import (
     decide,
 )
 from service.core.pool_read import pool_query
-from service.core.records import HistoryAction, HistoryEntry
+from service.core.records import HistoryAction, HistoryActor, HistoryEntry
 
 log = structlog.get_logger(__name__)
 
@@ -271,7 +271,7 @@ class ExtractionHandler:
         user = event.user_id
 
         def traced(action: HistoryAction, old: str | None = None, new: str | None = None) -> HistoryEntry:
-            return HistoryEntry(action, "auto", old, new, event.event_id, event.session_id, model)
+            return HistoryEntry(action, HistoryActor.AUTO, old, new, event.event_id, event.session_id, model)
 
         for op in plan.ops:
             if isinstance(op, Insert):

@@ -25,7 +25,7 @@ from service.core.model import (
 from service.core.normalize import dedup_hash
 from service.core.overflow import demoted_for_room
 from service.core.project_keys import RobotKeys
-from service.core.records import HistoryAction, HistoryEntry, ItemRecord, ListFilter
+from service.core.records import HistoryAction, HistoryActor, HistoryEntry, ItemRecord, ListFilter
 
 log = structlog.get_logger(__name__)
 
@@ -61,7 +61,7 @@ class Injection:
 
 
 def _user_entry(action: HistoryAction, old: str | None = None, new: str | None = None) -> HistoryEntry:
-    return HistoryEntry(action=action, actor="user", old_content=old, new_content=new)
+    return HistoryEntry(action=action, actor=HistoryActor.USER, old_content=old, new_content=new)
 
 
 class MemoryService:

@@ -44,12 +44,21 @@ class HistoryAction(StrEnum):
     DELETE = "delete"
 
 
+class HistoryActor(StrEnum):
+    """`memory_history.actor`: who made a change. Stored and shown like the actions."""
+
+    AUTO = "auto"  # an extraction
+    USER = "user"
+    CONSOLIDATOR = "consolidator"
+    MIGRATION = "migration"  # written by a schema migration's own SQL
+
+
 @dataclass(frozen=True, slots=True)
 class HistoryEntry:
     """Who changed what, and which conversation caused it, so a polluted memory can be traced."""
 
     action: HistoryAction
-    actor: str
+    actor: HistoryActor
     old_content: str | None = None
     new_content: str | None = None
     event_id: str | None = None

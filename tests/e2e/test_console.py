@@ -19,7 +19,7 @@ from playwright import async_api as playwright_api
 from service.adapters.db.database import Database
 from service.adapters.db.engine import upgrade_schema
 from service.core.model import DismissedBy, Group, Scope, Source, Status
-from service.core.records import HistoryAction, HistoryEntry
+from service.core.records import HistoryAction, HistoryActor, HistoryEntry
 from tests.e2e.conftest import JWT_SECRET
 from tests.support.pool import items, remember_projects, seed, set_capture
 from tests.support.processes import OUTPUT, ServiceProcess, free_port
@@ -609,7 +609,7 @@ async def test_history_and_dates_are_in_chinese_and_local_time(
         await uow.memories.record(
             user_id,
             row_id,
-            HistoryEntry(HistoryAction.INSERT, "auto", new_content="周报用中文写"),
+            HistoryEntry(HistoryAction.INSERT, HistoryActor.AUTO, new_content="周报用中文写"),
             mysql_db.now(),
         )
         await uow.commit()
