@@ -117,7 +117,6 @@ class KeyOrderedRunner(Generic[Item]):
         self._revoked_meanwhile: set[TopicPartition] = set()  # while a batch is prepared
         # Fetched records not yet taken, per partition in fetch order (see READ_AHEAD_RECORDS).
         self._ahead: deque[tuple[TopicPartition, deque[Record]]] = deque()
-        self._ahead_count = 0
         self._ahead_bytes = 0
         self._polled_at = time.monotonic()  # the last call of `getmany`
         self.alive = False
@@ -155,7 +154,7 @@ class KeyOrderedRunner(Generic[Item]):
                 await asyncio.wait_for(self._room.wait(), timeout=0.2)
             return
         self._resume()
-        if self._ahead_count < READ_AHEAD_RECORDS and self._ahead_bytes < READ_AHEAD_BYTES:
+        if self._ahead_records() < READ_AHEAD_RECORDS and self._ahead_bytes < READ_AHEAD_BYTES:
             await self._read_ahead(timeout_ms=0 if self._ahead else 200)
         # One batch per turn of the loop: the fetcher and the HTTP side run between batches.
         await asyncio.sleep(0)
@@ -171,7 +170,7 @@ class KeyOrderedRunner(Generic[Item]):
 
     async def _read_ahead(self, timeout_ms: int) -> None:
         """Take what the consumer has fetched, up to the read-ahead's bound."""
-        limit = READ_AHEAD_RECORDS - self._ahead_count
+        limit = READ_AHEAD_RECORDS - self._ahead_records()
         self._polled_at = time.monotonic()
         try:
             fetched = await self._consumer.getmany(timeout_ms=timeout_ms, max_records=max(limit, 1))
@@ -182,8 +181,10 @@ class KeyOrderedRunner(Generic[Item]):
         for tp, records in fetched.items():
             if records:
                 self._ahead.append((tp, deque(records)))
-                self._ahead_count += len(records)
                 self._ahead_bytes += _size(records)
+
+    def _ahead_records(self) -> int:
+        return sum(len(records) for _tp, records in self._ahead)  # a few entries per read
 
     def _next_batch(self, room: int) -> dict[TopicPartition, list[Record]]:
         """Up to `room` records of the read-ahead, each partition's in its order."""
@@ -197,7 +198,6 @@ class KeyOrderedRunner(Generic[Item]):
                 taken = [records.popleft() for _ in range(room)]
             batch.setdefault(tp, []).extend(taken)
             room -= len(taken)
-            self._ahead_count -= len(taken)
             self._ahead_bytes -= _size(taken)
         return batch
 
@@ -366,7 +366,6 @@ class KeyOrderedRunner(Generic[Item]):
         self._revoked_meanwhile |= revoked
         # Not taken, so not counted in any commit: the partition's next owner fetches them again.
         self._ahead = deque((tp, records) for tp, records in self._ahead if tp not in revoked)
-        self._ahead_count = sum(len(records) for _tp, records in self._ahead)
         self._ahead_bytes = sum(_size(records) for _tp, records in self._ahead)
         self._metrics.partitions_assigned.set(0)
         await self._settle(revoked)
