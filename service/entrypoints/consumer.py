@@ -82,11 +82,6 @@ def decode_record(record: Record) -> TaskFinishedEvent | Undecodable:
     return decode_event(record.value, MAX_EVENT_BYTES)
 
 
-def receive(record: Record) -> Received:
-    """A record decoded on its own, its outcome left to the handler."""
-    return Received(record, decode_record(record))
-
-
 class EventProcessor:
     """Returns only when the event's effects are committed or it sits on the DLQ; never drops one."""
 

@@ -20,7 +20,7 @@ from service.adapters.db.database import Database
 from service.adapters.llm_client import LlmClient
 from service.adapters.metrics import Metrics
 from service.core.outcomes import Outcome
-from service.entrypoints.consumer import EventProcessor, receive
+from service.entrypoints.consumer import EventProcessor, Received, decode_record
 from tests.conftest import event_payload, said
 from tests.integration.conftest import HandlerFactory
 from tests.support.dead_letters import RecordingDeadLetters
@@ -33,6 +33,10 @@ def record(payload: dict[str, Any], offset: int) -> ConsumerRecord[bytes, bytes]
     return ConsumerRecord(
         "t", 0, offset, 0, 0, str(payload["sessionId"]).encode(), raw, None, 1, len(raw), []
     )
+
+
+def received(record: ConsumerRecord[bytes, bytes]) -> Received:
+    return Received(record, decode_record(record))
 
 
 @pytest.fixture
@@ -77,11 +81,11 @@ async def test_an_event_the_model_always_times_out_on_is_dead_lettered_while_oth
     async def healthy_stream() -> None:
         for n in range(40):
             payload = event_payload(user_id, 100 + n, lastUserMessage=said(f"ok{user_id}"))
-            await processor(receive(record(payload, 100 + n)))
+            await processor(received(record(payload, 100 + n)))
             await asyncio.sleep(0.05)
 
     stream = asyncio.create_task(healthy_stream())
-    await asyncio.wait_for(processor(receive(record(poison, 1))), timeout=60)
+    await asyncio.wait_for(processor(received(record(poison, 1))), timeout=60)
     stream.cancel()
 
     assert dead.reasons() == ["model_failed"]
@@ -107,7 +111,7 @@ async def test_during_an_outage_nothing_is_dead_lettered_and_the_breaker_opens(
     processor = processor_of(mysql_db, make_handler, model, dead, metrics)
     events = [event_payload(user_id, n, lastUserMessage=said(f"down{user_id}")) for n in range(1, 5)]
 
-    tasks = [asyncio.create_task(processor(receive(record(e, n)))) for n, e in enumerate(events)]
+    tasks = [asyncio.create_task(processor(received(record(e, n)))) for n, e in enumerate(events)]
     await asyncio.sleep(4)
     opened = metrics.events.labels(Outcome.DEAD_LETTERED.value)._value.get()
     for task in tasks:
@@ -147,7 +151,7 @@ async def test_a_rate_limiting_provider_under_load_dead_letters_nothing(
     events = [event_payload(user_id, n, lastUserMessage=said(f"busy{user_id}")) for n in range(1, 21)]
 
     await asyncio.wait_for(
-        asyncio.gather(*(processor(receive(record(e, n))) for n, e in enumerate(events))), timeout=60
+        asyncio.gather(*(processor(received(record(e, n))) for n, e in enumerate(events))), timeout=60
     )
 
     assert dead.reasons() == []
@@ -172,7 +176,7 @@ async def test_a_single_slot_server_queueing_into_timeouts_dead_letters_nothing(
     events = [event_payload(user_id, n, lastUserMessage=said(f"queue{user_id}")) for n in range(1, 17)]
 
     await asyncio.wait_for(
-        asyncio.gather(*(processor(receive(record(e, n))) for n, e in enumerate(events))), timeout=90
+        asyncio.gather(*(processor(received(record(e, n))) for n, e in enumerate(events))), timeout=90
     )
 
     assert dead.reasons() == []
@@ -197,7 +201,7 @@ async def test_a_revoked_key_holds_events_behind_the_breaker_instead_of_dead_let
 
     tasks = []
     for n, e in enumerate(events):
-        tasks.append(asyncio.create_task(processor(receive(record(e, n)))))
+        tasks.append(asyncio.create_task(processor(received(record(e, n)))))
         await asyncio.sleep(0.1)  # one after another, as a partition delivers them
     await asyncio.sleep(2)
     waiting = [task for task in tasks if not task.done()]
