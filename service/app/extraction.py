@@ -108,7 +108,6 @@ class ExtractionHandler:
         self._slots = slots
         self._shape = AnswerShape("memories", ANSWER_SCHEMA, settings.llm_max_tokens)
         self._budget = ExtractionBudget(settings.extractions_per_user_per_day)
-        self._robot_keys = settings.robot_keys
 
     async def warm(self, user_ids: Iterable[int]) -> None:
         """Read the capture switch of a fetched batch's users at once: the skip path's only lookup."""
@@ -116,7 +115,7 @@ class ExtractionHandler:
 
     def outcome_without_io(self, event: TaskFinishedEvent) -> Outcome | None:
         """The skip path decided from the event and warm caches alone, or None when I/O is needed."""
-        project_key = self._robot_keys.project(event.project_key)
+        project_key = self._settings.robot_keys.project(event.project_key)
         if project_key and not self._projects.known(event.user_id, project_key):
             return None
         skip = trigger_skip(event)
@@ -130,7 +129,7 @@ class ExtractionHandler:
         return self._refused(event.user_id, self._db.now())
 
     async def handle(self, event: TaskFinishedEvent) -> tuple[Outcome, Extracted | None]:
-        project_key = self._robot_keys.project(event.project_key)
+        project_key = self._settings.robot_keys.project(event.project_key)
         if project_key:
             # Events of every phase feed the project list, not only the ones that are extracted.
             await self._projects.remember(event.user_id, project_key)
