@@ -150,8 +150,8 @@ class ExtractionHandler:
             return Outcome.SKIPPED_BUDGET, None
         mark = self._budget.read_started(user)
         try:
-            async with self._slots.database, self._db.read() as uow:
-                read = await self._inputs(uow, event, project_key, now)
+            async with self._slots.database:
+                read = await self._inputs(event, project_key, now)
             admitted = not read.processed and self._budget.admit(user, read.recent_extractions, mark)
         finally:
             self._budget.read_ended(user)
@@ -215,21 +215,23 @@ class ExtractionHandler:
         return Outcome.EXTRACTED, extracted, True
 
     async def _inputs(
-        self, uow: UnitOfWork, event: TaskFinishedEvent, project_key: str | None, now: datetime
+        self, event: TaskFinishedEvent, project_key: str | None, now: datetime
     ) -> ExtractionInputs:
         """The ledger check, the D10 model, the budget's count and the comparison set in one round
         trip. 10.1: should the comparison part fail, extraction goes on with exact hashing only."""
         since = self._budget.window_start(now)
         try:
-            return await uow.memories.extraction_inputs(
-                event.event_id, event.user_id, project_key, self._settings.negative_list_max, since
-            )
+            async with self._db.prepared_read() as uow:
+                return await uow.memories.extraction_inputs(
+                    event.event_id, event.user_id, project_key, self._settings.negative_list_max, since
+                )
         except Exception as exc:
             if is_transient(exc):
                 raise
             log.warning("comparison_set_failed", user_id=event.user_id, error=str(exc))
-        processed, configured = await uow.accounts.processed_and_model(event.event_id)
-        recent = await uow.accounts.extractions_since(event.user_id, since)
+        async with self._db.read() as uow:
+            processed, configured = await uow.accounts.processed_and_model(event.event_id)
+            recent = await uow.accounts.extractions_since(event.user_id, since)
         return ExtractionInputs(processed, configured, recent, [], [])
 
     async def _persist(
@@ -243,7 +245,7 @@ class ExtractionHandler:
         """Ledger row and memory writes in one transaction under the user's lock; None if already done.
         `answer` None: the model answered something unusable; the event is finished without memory."""
         outcome = Outcome.EXTRACTED if answer is not None else Outcome.FAILED
-        async with self._slots.database, self._db.locked_user(event.user_id) as uow:
+        async with self._slots.database, self._db.prepared_locked_user(event.user_id) as uow:
             now = self._db.now()
             if not await uow.accounts.mark_processed(
                 event.event_id, event.user_id, event.session_id, outcome.value, now

@@ -195,11 +195,11 @@ class CountedReads:
         return getattr(self._db, name)
 
     @asynccontextmanager
-    async def read(self) -> AsyncIterator[UnitOfWork]:
+    async def prepared_read(self) -> AsyncIterator[UnitOfWork]:
         self.active += 1
         self.most = max(self.most, self.active)
         try:
-            async with self._db.read() as uow:
+            async with self._db.prepared_read() as uow:
                 yield uow
         finally:
             self.active -= 1

@@ -8,6 +8,7 @@ from functools import cache
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service.adapters.db.dialect import insert_ignore, upsert, upsert_statement
 from service.adapters.db.prepared import Prepared, Statements
@@ -50,8 +51,11 @@ def _capture_of(users: int) -> Prepared:
 
 class AccountRepository:
     def __init__(self, statements: Statements) -> None:
-        self.conn = statements.conn
         self._statements = statements
+
+    @property
+    def conn(self) -> AsyncConnection:
+        return self._statements.conn
 
     async def capture_enabled(self, user_id: int) -> bool:
         """D9: no preference row means off."""

@@ -12,22 +12,30 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from service.adapters.db.account_repository import AccountRepository
+from service.adapters.db.driver_pool import DriverPool
 from service.adapters.db.engine import SchemaNotCurrent, revision_of
 from service.adapters.db.memory_repository import MemoryRepository
-from service.adapters.db.prepared import Statements
+from service.adapters.db.prepared import DriverLink, Statements
 from service.core.clock import Clock, SystemClock
 
 
 class UnitOfWork:
-    def __init__(self, conn: AsyncConnection, autocommit: bool = False) -> None:
-        self.conn = conn
-        statements = Statements(conn, autocommit)
-        self.memories = MemoryRepository(statements)
-        self.accounts = AccountRepository(statements)
+    """`conn`: a SQLAlchemy connection, or a `DriverLink`, on which only the repositories' prepared
+    statements run (`Database.prepared_read`, `Database.prepared_locked_user`)."""
+
+    def __init__(self, conn: AsyncConnection | DriverLink, autocommit: bool = False) -> None:
+        self._link = conn
+        self._statements = Statements(conn, autocommit)
+        self.memories = MemoryRepository(self._statements)
+        self.accounts = AccountRepository(self._statements)
         self._committed = False
 
+    @property
+    def conn(self) -> AsyncConnection:
+        return self._statements.conn
+
     async def commit(self) -> None:
-        await self.conn.commit()
+        await self._link.commit()
         self._committed = True
 
 
@@ -43,6 +51,9 @@ class Database:
         # SQLite has a single writer; serializing writers here turns SQLITE_BUSY into a queue and
         # plays the part of MySQL's per-user row lock in the embedded setup.
         self._sqlite_writer = asyncio.Lock()
+        # The prepared-only units of work on MySQL: the driver's own pools (`driver_pool`).
+        self._lookups = DriverPool(self.read_engine, autocommit=True)
+        self._writes = DriverPool(engine, autocommit=False)
 
     def now(self) -> datetime:
         return self.clock.now()
@@ -79,6 +90,33 @@ class Database:
             yield uow
 
     @asynccontextmanager
+    async def prepared_read(self) -> AsyncIterator[UnitOfWork]:
+        """`read()` for lookups made of the repositories' prepared statements only."""
+        if not DriverPool.serves(self.read_engine) or self.read_engine is self.engine:
+            async with self.read() as uow:
+                yield uow
+            return
+        async with self._lookups.connection() as link:
+            yield UnitOfWork(link, autocommit=True)
+
+    @asynccontextmanager
+    async def prepared_locked_user(self, user_id: int) -> AsyncIterator[UnitOfWork]:
+        """`locked_user()` for transactions made of the repositories' prepared statements only."""
+        if not DriverPool.serves(self.engine):
+            async with self.locked_user(user_id) as uow:
+                yield uow
+            return
+        async with self._writes.connection() as link:
+            uow = UnitOfWork(link)
+            try:
+                if not await uow.accounts.lock_user(user_id):
+                    await uow.accounts.create_user_state(user_id)
+                yield uow
+            finally:
+                if not uow._committed:
+                    await link.rollback()
+
+    @asynccontextmanager
     async def _writer(self) -> AsyncIterator[None]:
         if self.is_sqlite:
             async with self._sqlite_writer:
@@ -98,6 +136,8 @@ class Database:
             raise SchemaNotCurrent(found, wanted)
 
     async def dispose(self) -> None:
+        await self._lookups.close()
+        await self._writes.close()
         await self.engine.dispose()
         if self.read_engine is not self.engine:
             await self.read_engine.dispose()

@@ -21,6 +21,12 @@ if TYPE_CHECKING:
 # The latest migration in migrations/versions; tests/unit/test_schema_head.py holds it to Alembic's.
 SCHEMA_HEAD = "0006"
 
+# How every MySQL connection is opened and kept, by SQLAlchemy's pools and the driver's (`driver_pool`).
+MYSQL_CONNECT_ARGS: dict[str, Any] = {"connect_timeout": 5, "charset": "utf8mb4"}
+WRITE_ISOLATION = "READ COMMITTED"
+RECYCLE_S = 1800
+POOL_TIMEOUT_S = 10
+
 
 def _migrations_dir() -> Path:
     """Beside the package in a checkout; in the working directory of an installed image."""
@@ -51,16 +57,16 @@ def build_engine(url: str, pool_size: int, autocommit: bool = False) -> AsyncEng
         # dozens a second) cost more CPU and tail latency than the queries it served.
         pool_size=2 * pool_size,
         max_overflow=0,
-        pool_recycle=1800,
-        pool_timeout=10,
+        pool_recycle=RECYCLE_S,
+        pool_timeout=POOL_TIMEOUT_S,
         # No ROLLBACK when a connection goes back to the pool: every write transaction ends in an
         # explicit COMMIT or ROLLBACK (`Database.transaction`), and closing a connection rolls back
         # whatever is still open, so the pool's own ROLLBACK would be a second, empty round trip.
         pool_reset_on_return=None,
         # Nor when a lookup on the autocommit engine ends: there is no transaction to roll back.
         skip_autocommit_rollback=autocommit,
-        isolation_level="AUTOCOMMIT" if autocommit else "READ COMMITTED",
-        connect_args={"connect_timeout": 5, "charset": "utf8mb4"},
+        isolation_level="AUTOCOMMIT" if autocommit else WRITE_ISOLATION,
+        connect_args=MYSQL_CONNECT_ARGS,
     )
     event.listen(engine.sync_engine, "handle_error", _retire_unusable_sessions)
     return engine

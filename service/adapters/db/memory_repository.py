@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service.adapters.db.extraction_reads import (
     MACHINE_ACTIVE,
@@ -148,8 +149,11 @@ def _list_clause(where: ListFilter, user_id: int) -> sa.ColumnElement[bool]:
 
 class MemoryRepository:
     def __init__(self, statements: Statements) -> None:
-        self.conn = statements.conn
         self._statements = statements
+
+    @property
+    def conn(self) -> AsyncConnection:
+        return self._statements.conn
 
     async def extraction_inputs(
         self, event_id: str, user_id: int, project_key: str | None, dismissed_limit: int, since: datetime

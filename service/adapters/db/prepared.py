@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import inspect
 from collections import namedtuple
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,10 +109,9 @@ class Written:
     lastrowid: int | None
 
 
-class Statements:
-    """Runs `Prepared` statements on one connection: on MySQL through the driver, else through
-    SQLAlchemy. `autocommit`: the connection commits every statement itself, so there is no
-    transaction to begin.
+class EngineLink:
+    """A SQLAlchemy connection: on MySQL its driver cursor runs the statements. `autocommit`: the
+    connection commits every statement itself, so there is no transaction to begin.
 
     The driver's cursor is kept in the pooled connection's `info`, which SQLAlchemy clears whenever
     it opens a new DBAPI connection, so each connection's cursor is made once, not per checkout.
@@ -120,14 +119,133 @@ class Statements:
 
     def __init__(self, conn: AsyncConnection, autocommit: bool = False) -> None:
         self.conn = conn
+        self.dialect = conn.dialect
+        self.direct = conn.dialect.name in DIRECT_DIALECTS
         self._autocommit = autocommit
-        self._direct = conn.dialect.name in DIRECT_DIALECTS
         self._cursor: Any = None
 
+    async def cursor(self) -> Any:
+        if not self._autocommit and not self.conn.in_transaction():
+            # What SQLAlchemy's autobegin does: without it, its `commit()` would not reach the driver
+            # and the statements would stay uncommitted on a connection going back to the pool.
+            await self.conn.begin()
+        if self._cursor is None:
+            self._cursor = self.conn.info.get(_CURSOR)
+        if self._cursor is None:
+            raw = await self.conn.get_raw_connection()
+            self._cursor = await _new_cursor(raw.driver_connection)
+            self.conn.info[_CURSOR] = self._cursor
+        return self._cursor
+
+    async def retire(self, error: Exception | None) -> None:
+        self._cursor = None
+        self.conn.info.pop(_CURSOR, None)
+        await self.conn.invalidate(error)
+
+
+class DriverLink:
+    """A connection of the driver's own pool (`DriverPool`): prepared statements only."""
+
+    direct = True
+
+    def __init__(self, driver: Any, dialect: Dialect) -> None:
+        self.driver = driver
+        self.dialect = dialect
+        self.retired = False
+        self._cursor: Any = None
+
+    @property
+    def conn(self) -> AsyncConnection:
+        raise TypeError("a unit of work on the driver's pool runs prepared statements only")
+
+    async def cursor(self) -> Any:
+        if self.retired:
+            dbapi = self.dialect.loaded_dbapi
+            refused = dbapi.InterfaceError("the connection was retired")
+            raise DBAPIError.instance(
+                None, None, refused, dbapi.Error, connection_invalidated=True, dialect=self.dialect
+            )
+        if self._cursor is None:
+            self._cursor = await _new_cursor(self.driver)
+        return self._cursor
+
+    async def retire(self, error: Exception | None) -> None:
+        """Closed at once, so the pool drops it when it comes back."""
+        self.retired = True
+        self._cursor = None
+        self.driver.close()
+
+    async def commit(self) -> None:
+        await _driver_call(self, self.driver.commit, "COMMIT", ())
+
+    async def rollback(self) -> None:
+        """Undoes what the block left open; a connection that fails to is closed, never pooled."""
+        if self.retired:
+            return
+        try:
+            await _driver_call(self, self.driver.rollback, "ROLLBACK", ())
+        except BaseException:
+            await self.retire(None)
+            raise
+
+
+async def _new_cursor(driver: Any) -> Any:
+    cursor = driver.cursor()
+    # asyncmy hands the cursor over at once, aiomysql as an awaitable.
+    return await cursor if inspect.isawaitable(cursor) else cursor
+
+
+Link = EngineLink | DriverLink
+
+
+async def _driver_call(
+    link: Link, operation: Callable[[], Awaitable[Any]], sql: str, args: tuple[Any, ...]
+) -> Any:
+    """Errors leave as SQLAlchemy's `DBAPIError` classes; a disconnect, a session the server
+    refuses, or a call interrupted mid-flight retires the connection."""
+    dialect = link.dialect
+    dbapi = dialect.loaded_dbapi
+    try:
+        return await operation()
+    except Exception as exc:
+        # asyncmy reports a connection that is gone as an AttributeError; SQLAlchemy's adapter
+        # turns that into this InternalError, which its dialect treats as a disconnect.
+        error = (
+            dbapi.InternalError("network operation failed due to asyncmy attribute error")
+            if isinstance(exc, AttributeError) and dialect.driver == "asyncmy"
+            else exc
+        )
+        if not isinstance(error, dbapi.Error):
+            raise
+        disconnect = retires_connection(dialect, error)
+        if disconnect:
+            await link.retire(error)
+        raise DBAPIError.instance(
+            sql, args, error, dbapi.Error, connection_invalidated=disconnect, dialect=dialect
+        ) from exc
+    except BaseException:
+        # Cancelled mid-call: the reply may still be on the wire, so the connection must never
+        # serve another statement (SQLAlchemy does the same on an exit exception).
+        await link.retire(None)
+        raise
+
+
+class Statements:
+    """Runs `Prepared` statements on one connection: a SQLAlchemy connection (on MySQL through the
+    driver's cursor, else through SQLAlchemy), or a `DriverLink`."""
+
+    def __init__(self, conn: AsyncConnection | DriverLink, autocommit: bool = False) -> None:
+        self._link: Link = conn if isinstance(conn, DriverLink) else EngineLink(conn, autocommit)
+
+    @property
+    def conn(self) -> AsyncConnection:
+        """For the statements that are not prepared; a `DriverLink` has none."""
+        return self._link.conn
+
     async def rows(self, prepared: Prepared, params: Mapping[str, Any]) -> list[Any]:
-        if not self._direct:
+        if not self._link.direct:
             return list(await self.conn.execute(prepared.statement(self.conn.dialect.name), dict(params)))
-        compiled = prepared.compiled(self.conn.dialect)
+        compiled = prepared.compiled(self._link.dialect)
         cursor = await self._run(compiled, prepared.arguments(compiled, params))
         fetched = await cursor.fetchall()
         make = compiled.row._make
@@ -139,9 +257,9 @@ class Statements:
     async def tuples(self, prepared: Prepared, params: Mapping[str, Any]) -> Sequence[Sequence[Any]]:
         """Rows read by position, as the driver returns them: for reads of many rows, where making
         a named row of each costs more CPU than the driver spends decoding it."""
-        if not self._direct:
+        if not self._link.direct:
             return list(await self.conn.execute(prepared.statement(self.conn.dialect.name), dict(params)))
-        compiled = prepared.compiled(self.conn.dialect)
+        compiled = prepared.compiled(self._link.dialect)
         cursor = await self._run(compiled, prepared.arguments(compiled, params))
         fetched: Sequence[Sequence[Any]] = await cursor.fetchall()
         if not any(compiled.processors):
@@ -150,58 +268,14 @@ class Statements:
         return [tuple(v if p is None else p(v) for p, v in zip(steps, r, strict=True)) for r in fetched]
 
     async def write(self, prepared: Prepared, params: Mapping[str, Any]) -> Written:
-        if not self._direct:
+        if not self._link.direct:
             result = await self.conn.execute(prepared.statement(self.conn.dialect.name), dict(params))
             return Written(result.rowcount, result.lastrowid)
-        compiled = prepared.compiled(self.conn.dialect)
+        compiled = prepared.compiled(self._link.dialect)
         cursor = await self._run(compiled, prepared.arguments(compiled, params))
         return Written(cursor.rowcount, cursor.lastrowid)
 
     async def _run(self, compiled: _Compiled, args: tuple[Any, ...]) -> Any:
-        if not self._autocommit and not self.conn.in_transaction():
-            # What SQLAlchemy's autobegin does: without it, its `commit()` would not reach the driver
-            # and the statements would stay uncommitted on a connection going back to the pool.
-            await self.conn.begin()
-        if self._cursor is None:
-            self._cursor = self.conn.info.get(_CURSOR)
-        if self._cursor is None:
-            raw = await self.conn.get_raw_connection()
-            cursor = raw.driver_connection.cursor()  # type: ignore[union-attr]
-            # asyncmy hands the cursor over at once, aiomysql as an awaitable.
-            self._cursor = await cursor if inspect.isawaitable(cursor) else cursor
-            self.conn.info[_CURSOR] = self._cursor
-        dbapi = self.conn.dialect.loaded_dbapi
-        try:
-            await self._cursor.execute(compiled.sql, args)
-        except Exception as exc:
-            # asyncmy reports a connection that is gone as an AttributeError; SQLAlchemy's adapter
-            # turns that into this InternalError, which its dialect treats as a disconnect.
-            error = (
-                dbapi.InternalError("network operation failed due to asyncmy attribute error")
-                if isinstance(exc, AttributeError) and self.conn.dialect.driver == "asyncmy"
-                else exc
-            )
-            if not isinstance(error, dbapi.Error):
-                raise
-            disconnect = retires_connection(self.conn.dialect, error)
-            if disconnect:
-                await self._invalidate(error)
-            raise DBAPIError.instance(
-                compiled.sql,
-                args,
-                error,
-                dbapi.Error,
-                connection_invalidated=disconnect,
-                dialect=self.conn.dialect,
-            ) from exc
-        except BaseException:
-            # Cancelled mid-statement: the reply may still be on the wire, so the connection must
-            # never serve another statement (SQLAlchemy does the same on an exit exception).
-            await self._invalidate(None)
-            raise
-        return self._cursor
-
-    async def _invalidate(self, error: Exception | None) -> None:
-        self._cursor = None
-        self.conn.info.pop(_CURSOR, None)
-        await self.conn.invalidate(error)
+        cursor = await self._link.cursor()
+        await _driver_call(self._link, lambda: cursor.execute(compiled.sql, args), compiled.sql, args)
+        return cursor
