@@ -66,10 +66,56 @@ class ChatEndpoint:
         return dict(mapped)
 
     def body(self, messages: list[dict[str, str]], params: dict[str, Any]) -> bytes:
-        data = self.config.transform_request(
+        return orjson.dumps(self._request(messages, params))
+
+    def template(self, roles: tuple[str, ...], params: dict[str, Any]) -> BodyTemplate | None:
+        """The request of every call with these roles and parameters, its texts left as slots; None
+        unless litellm passes texts through untouched: two probes of distinct texts must come back
+        with each text in its place and everything else the same."""
+        probes = [[{"role": r, "content": f"\x00probe {n}.{i}"} for i, r in enumerate(roles)] for n in (1, 2)]
+        built = [self._request(probe, params) for probe in probes]
+        shapes: list[list[tuple[tuple[str, ...], str]]] = []
+        for request, probe in zip(built, probes, strict=True):
+            messages = request.get("messages")
+            if not isinstance(messages, list) or len(messages) != len(probe):
+                return None
+            shape = []
+            for message, asked in zip(messages, probe, strict=True):
+                if not isinstance(message, dict) or message.keys() != {"role", "content"}:
+                    return None
+                if message["content"] != asked["content"]:
+                    return None
+                shape.append((tuple(message), message["role"]))
+            shapes.append(shape)
+        heads = [{k: v for k, v in request.items() if k != "messages"} for request in built]
+        if shapes[0] != shapes[1] or heads[0] != heads[1]:
+            return None
+        return BodyTemplate(
+            {k: None if k == "messages" else v for k, v in built[0].items()}, tuple(shapes[0])
+        )
+
+    def _request(self, messages: list[dict[str, str]], params: dict[str, Any]) -> dict[str, Any]:
+        request: dict[str, Any] = self.config.transform_request(
             model=self.model, messages=messages, optional_params=dict(params), litellm_params={}, headers={}
         )
-        return orjson.dumps(data)
+        return request
+
+
+@dataclass(frozen=True, slots=True)
+class BodyTemplate:
+    """litellm's request for one shape of call, the texts aside (`ChatEndpoint.template`): a call
+    then pays one JSON encoding instead of litellm's per-message transforms."""
+
+    request: dict[str, Any]  # "messages" a placeholder, in the place litellm puts them
+    # Per message: its keys in litellm's order, and its role as litellm sends it (it may rename one).
+    messages: tuple[tuple[tuple[str, ...], str], ...]
+
+    def body(self, messages: list[dict[str, str]]) -> bytes:
+        sent = [
+            {key: role if key == "role" else message["content"] for key in keys}
+            for (keys, role), message in zip(self.messages, messages, strict=True)
+        ]
+        return orjson.dumps({k: sent if k == "messages" else v for k, v in self.request.items()})
 
 
 def model_params(

@@ -25,6 +25,7 @@ import aiohttp
 
 from service.adapters.circuit_breaker import CircuitBreaker
 from service.adapters.litellm_requests import (
+    BodyTemplate,
     ChatEndpoint,
     Reply,
     chat_endpoint,
@@ -138,11 +139,14 @@ class LlmClient:
         self._mode_retry_s = MODE_RETRY_S
         self._mode_retry_calls = MODE_RETRY_CALLS
         # Resolved once per model / per (model, token cap) / per (model, mode, token cap) / per
-        # model: litellm's work is not repeated on every call.
+        # model / per (model, mode, token cap, roles): litellm's work is not repeated on every call.
         self._endpoints: dict[str, ChatEndpoint | None] = {}
         self._model_params: dict[tuple[str, int], dict[str, Any]] = {}
         self._params: dict[tuple[str, StructuredOutput, int], dict[str, Any]] = {}
         self._prices: dict[str, tuple[float, float, float, float] | None] = {}
+        self._templates: dict[
+            tuple[tuple[str, StructuredOutput, int], tuple[str, ...]], BodyTemplate | None
+        ] = {}
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
         self._successes = 0
@@ -356,7 +360,11 @@ class LlmClient:
         params = self._params.get(key)
         if params is None:
             params = self._params[key] = endpoint.params(self._litellm, self._call_params(call, mode))
-        body = endpoint.body(call.messages, params)
+        shape = (key, tuple(m["role"] for m in call.messages))
+        if shape not in self._templates:
+            self._templates[shape] = endpoint.template(shape[1], params)
+        template = self._templates[shape]
+        body = endpoint.body(call.messages, params) if template is None else template.body(call.messages)
         async with self._http().post(endpoint.url, data=body, headers=endpoint.headers) as response:
             raw = await response.read()
             if not 200 <= response.status < 300:

@@ -3,6 +3,7 @@ routing, parameter mapping, the URL, the headers or the request body fails here,
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -78,6 +79,70 @@ def test_parameters_and_body_are_litellm_mapping_and_transform() -> None:
         "temperature": 0,
         "max_tokens": 64,
     }
+
+
+TRICKY = [
+    {"role": "system", "content": '规则 "引号" \\ 反斜杠\n第二行 \u2028 \x00 </memories>'},
+    {"role": "user", "content": '请记住:报告用中文写 👍 {"memories": []}'},
+]
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        "openai/gpt-4o-mini",
+        "openai/gpt-4.1-mini",
+        "openai/gpt-5-mini",
+        "openai/gpt-5-nano",
+        "openai/gpt-5.1",
+        "openai/o4-mini",
+        "openai/o3-mini",
+        "openai/o1",
+        "openai/local-model",
+    ],
+)
+@pytest.mark.parametrize("fmt", [SCHEMA, {"type": "json_object"}, None])
+def test_a_calls_body_from_the_template_is_litellms_byte_for_byte(
+    model: str, fmt: dict[str, Any] | None
+) -> None:
+    endpoint = chat_endpoint(litellm, model, "http://h/v1", "k")
+    assert endpoint is not None
+    call = model_params(litellm, model, 512, None, 4096) | ({"response_format": fmt} if fmt else {})
+    params = endpoint.params(litellm, call)
+    template = endpoint.template(("system", "user"), params)
+    assert template is not None
+    for messages in (TRICKY, [{"role": "system", "content": "x"}, {"role": "user", "content": ""}]):
+        assert template.body(messages) == endpoint.body([dict(m) for m in messages], params)
+
+
+class Rewriting:
+    """A provider config whose request depends on the texts: the template must not stand in."""
+
+    def __init__(self, change: str) -> None:
+        self.change = change
+
+    def transform_request(self, model: str, messages: list[dict[str, str]], **_: Any) -> dict[str, Any]:
+        if self.change == "text":
+            messages = [{**m, "content": "> " + m["content"]} for m in messages]
+        if self.change == "key":
+            messages = [{**m, "name": "x"} for m in messages]
+        request: dict[str, Any] = {"model": model, "messages": messages}
+        if self.change == "head":
+            request["prompt_cache_key"] = str(sum(map(ord, "".join(m["content"] for m in messages))))
+        if self.change == "merge":
+            request["messages"] = [{"role": "user", "content": "".join(m["content"] for m in messages)}]
+        return request
+
+
+@pytest.mark.parametrize("change", ["text", "key", "head", "merge"])
+def test_a_transform_that_reads_the_texts_gets_no_template(change: str) -> None:
+    endpoint = chat_endpoint(litellm, "openai/local-model", "http://h/v1", "k")
+    assert endpoint is not None
+    rewriting = dataclasses.replace(endpoint, config=Rewriting(change))
+    assert rewriting.template(("system", "user"), {}) is None
+    assert (
+        dataclasses.replace(endpoint, config=Rewriting("none")).template(("system", "user"), {}) is not None
+    )
 
 
 @pytest.mark.parametrize(
