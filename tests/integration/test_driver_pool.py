@@ -22,13 +22,13 @@ from service.adapters.db.database import Database
 from service.adapters.db.driver_pool import DriverPool
 from service.adapters.db.engine import build_engine
 from service.adapters.db.errors import MYSQL_TRANSIENT, error_code, is_transient
-from service.adapters.db.prepared import DriverLink, Prepared, Statements
+from service.adapters.db.prepared import DriverLink, Statements
 from service.core.model import USER_GROUP, Source
+from tests.support.cancelling import SLOW, cancel_mid_statement
 from tests.support.processes import MariaDbDatabase
 
 USER = 4_300_001
 NOW = datetime(2026, 12, 5, 8, 30, 15, 123456)
-SLOW = Prepared(sa.select(sa.func.sleep(sa.bindparam("seconds")).label("slept")))
 
 
 @pytest.fixture(params=["aiomysql", "asyncmy"])
@@ -163,11 +163,7 @@ async def test_a_killed_connection_is_transient_and_never_handed_out_again(
 async def test_a_statement_cancelled_mid_flight_retires_its_connection(writes: DriverPool) -> None:
     async with writes.connection() as link:
         busy = await ask(link, "SELECT CONNECTION_ID()")
-        task = asyncio.create_task(Statements(link).rows(SLOW, {"seconds": 3}))
-        await asyncio.sleep(0.3)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        await cancel_mid_statement(Statements(link))
         assert link.retired
         with pytest.raises(DBAPIError):  # a retired link refuses, rather than reads a stale reply
             await Statements(link).rows(SLOW, {"seconds": 0})

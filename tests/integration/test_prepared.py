@@ -4,7 +4,6 @@ Each test runs on both MySQL drivers against MariaDB."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
@@ -24,6 +23,7 @@ from service.adapters.db.tables import memory_event_ledger as ledger_table
 from service.adapters.db.tables import memory_item as t
 from service.core.model import USER_GROUP, DismissedBy, Group, Scope, Source, Status
 from service.core.pool_read import PoolQuery
+from tests.support.cancelling import SLOW, cancel_mid_statement
 from tests.support.processes import MariaDbDatabase
 
 USER = 4_200_001
@@ -169,18 +169,13 @@ async def test_a_lock_wait_timeout_on_the_lock_row_is_transient_and_keeps_the_co
 
 async def test_a_statement_cancelled_mid_flight_retires_its_connection(engine: AsyncEngine) -> None:
     """The reply may still be on the wire: the connection must never serve another statement."""
-    slow = Prepared(sa.select(sa.func.sleep(sa.bindparam("seconds")).label("slept")))
     async with engine.connect() as conn:
         busy = await connection_id(conn)
-        task = asyncio.create_task(Statements(conn).rows(slow, {"seconds": 3}))
-        await asyncio.sleep(0.3)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        await cancel_mid_statement(Statements(conn))
         assert conn.invalidated
     async with engine.connect() as first, engine.connect() as second:
         assert busy not in {await connection_id(first), await connection_id(second)}
-        assert await Statements(first).rows(slow, {"seconds": 0}) == [(0,)]
+        assert await Statements(first).rows(SLOW, {"seconds": 0}) == [(0,)]
 
 
 def test_a_statement_that_cannot_compile_once_is_refused(engine: AsyncEngine) -> None:
