@@ -75,8 +75,8 @@ class ExtractionSlots:
     """Two bounds, so that a model slot is never spent waiting on the database.
 
     `model`: MEMORY_MAX_IN_FLIGHT model calls at once, the scarce resource of a latency-bound
-    stream. `database`: extractions' reads and write transactions at once, sized to the write pool,
-    so a burst queues here rather than on the pool's timeout, and HTTP keeps the pool's other half.
+    stream. `database`: extractions' reads and write transactions at once, sized to the pools they
+    draw from (`MEMORY_DATABASE_POOL_SIZE`), so a burst queues here rather than on a pool's timeout.
     Skips take neither, so they never queue behind model calls.
     """
 

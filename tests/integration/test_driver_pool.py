@@ -190,8 +190,48 @@ async def test_a_lock_wait_timeout_is_transient_and_keeps_the_connection(
         await waiter.rollback()
 
 
+async def test_a_transaction_a_select_began_is_rolled_back_before_the_connection_goes_back(
+    db: Database, writes: DriverPool
+) -> None:
+    """aiomysql's own flag misses it: the row lock would travel back into the pool with it."""
+    user = USER + 3
+    async with db.prepared_locked_user(user) as uow:
+        await uow.commit()  # the lock row exists
+    async with writes.connection() as link:
+        thread = await ask(link, "SELECT CONNECTION_ID()")
+        assert await Statements(link).rows(account_repository._LOCK_USER, {"user_id": user})
+        assert link.in_transaction
+    async with db.read() as uow:
+        open_transactions = await uow.conn.scalar(
+            sa.text("SELECT COUNT(*) FROM information_schema.innodb_trx WHERE trx_mysql_thread_id = :t"),
+            {"t": thread},
+        )
+    assert open_transactions == 0
+    async with db.prepared_locked_user(user) as other:  # another writer takes the lock at once
+        await other.commit()
+
+
+async def test_a_waiter_gets_the_place_a_retired_connection_frees(url: str) -> None:
+    engine = build_engine(url, 1)
+    pool = DriverPool(engine, autocommit=False, timeout_s=3)
+    try:
+        async with pool.connection() as held:
+            waiter = asyncio.create_task(_checked_out(pool))
+            await cancel_mid_statement(Statements(held))
+            assert held.retired and not waiter.done()
+        assert await asyncio.wait_for(waiter, 2) == [(0,)]
+    finally:
+        await pool.close()
+        await engine.dispose()
+
+
+async def _checked_out(pool: DriverPool) -> Any:
+    async with pool.connection() as link:
+        return await Statements(link).rows(SLOW, {"seconds": 0})
+
+
 async def test_an_exhausted_pool_times_out_as_sqlalchemys_does(url: str) -> None:
-    engine = build_engine(url, 1)  # two connections kept, like SQLAlchemy's pool of this engine
+    engine = build_engine(url, 2)  # a pool of two: the extraction's bound at this `pool_size`
     pool = DriverPool(engine, autocommit=False, timeout_s=0.3)
     try:
         async with pool.connection(), pool.connection():
@@ -216,7 +256,7 @@ async def test_a_login_the_server_refuses_is_a_transient_database_error(
         await conn.execute(sa.text(f"CREATE USER '{account}'@'%' IDENTIFIED BY 'pw'"))
         await conn.execute(sa.text(f"GRANT ALL ON `{mariadb.name}`.* TO '{account}'@'%'"))
     login = make_url(url).set(username=account, password="pw")
-    engine = build_engine(login.render_as_string(hide_password=False), 1)
+    engine = build_engine(login.render_as_string(hide_password=False), 2)
     pool = DriverPool(engine, autocommit=True)
     try:
         async with pool.connection():
@@ -255,3 +295,27 @@ async def test_reads_on_the_driver_pool_give_what_the_engine_gives(db: Database)
         answers.append((sorted(inputs.shown), inputs.recent_extractions, window))
     assert answers[0] == answers[1]
     assert len(answers[0][0]) == 3 and answers[0][2]
+
+
+class HalfRead:
+    """A driver connection whose reply broke off in a way the driver does not report as its own."""
+
+    closed = False
+
+    def cursor(self) -> HalfRead:
+        return self
+
+    async def execute(self, *_: object) -> None:
+        raise asyncio.IncompleteReadError(b"\x07", 4)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+async def test_an_error_that_is_not_the_drivers_own_retires_the_connection(db: Database) -> None:
+    """Where the reply stands is unknown: the connection must not serve a rollback or a statement."""
+    driver = HalfRead()
+    link = DriverLink(driver, db.engine.dialect)
+    with pytest.raises(asyncio.IncompleteReadError):
+        await Statements(link).rows(account_repository._LOCK_USER, {"user_id": USER})
+    assert link.retired and driver.closed

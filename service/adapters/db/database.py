@@ -106,15 +106,11 @@ class Database:
             async with self.locked_user(user_id) as uow:
                 yield uow
             return
-        async with self._writes.connection() as link:
+        async with self._writes.connection() as link:  # rolls back what is not committed
             uow = UnitOfWork(link)
-            try:
-                if not await uow.accounts.lock_user(user_id):
-                    await uow.accounts.create_user_state(user_id)
-                yield uow
-            finally:
-                if not uow._committed:
-                    await link.rollback()
+            if not await uow.accounts.lock_user(user_id):
+                await uow.accounts.create_user_state(user_id)
+            yield uow
 
     @asynccontextmanager
     async def _writer(self) -> AsyncIterator[None]:

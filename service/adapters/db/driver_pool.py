@@ -7,13 +7,14 @@ On the extraction path that was about a sixth of the handler's CPU per event
 take connections from the driver's pool instead (asyncmy's or aiomysql's: the same API), opened
 with the arguments SQLAlchemy's dialect builds from the URL (FOUND_ROWS among them), the engine's
 charset, timeouts and isolation. Errors leave as SQLAlchemy's `DBAPIError` classes, as on every
-other path. A connection whose state is in doubt is closed; the driver's pool also closes, rather
-than keeps, a connection returned with a transaction open.
+other path. A connection whose state is in doubt is closed, and none goes back with a transaction
+open.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -23,19 +24,29 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from service.adapters.db.engine import MYSQL_CONNECT_ARGS, POOL_TIMEOUT_S, RECYCLE_S, WRITE_ISOLATION
+from service.adapters.db.engine import (
+    MYSQL_CONNECT_ARGS,
+    POOL_TIMEOUT_S,
+    RECYCLE_S,
+    WRITE_ISOLATION,
+    pool_size_of,
+)
 from service.adapters.db.errors import retires_connection
 from service.adapters.db.prepared import DIRECT_DIALECTS, DriverLink
 
 
 class DriverPool:
-    """As many connections as the engine's pool, opened on demand and kept. `autocommit`: each
-    statement commits itself (the lookups); else READ COMMITTED transactions (the locked writes)."""
+    """`pool_size` connections (the extraction's bound, `ExtractionSlots.database`), opened on
+    demand and kept. `autocommit`: each statement commits itself (the lookups); else READ COMMITTED
+    transactions (the locked writes). Callers queue on the pool's own semaphore, within `timeout_s`,
+    not on the driver's pool, which is left no waiter to forget to wake."""
 
     def __init__(self, engine: AsyncEngine, autocommit: bool, timeout_s: float = POOL_TIMEOUT_S) -> None:
         self._engine = engine
         self._autocommit = autocommit
         self._timeout_s = timeout_s
+        self._size = pool_size_of(engine)
+        self._slots = asyncio.Semaphore(self._size)
         self._pool: Any = None
         self._opening = asyncio.Lock()
 
@@ -45,19 +56,35 @@ class DriverPool:
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[DriverLink]:
-        pool = self._pool or await self._open()
-        link = DriverLink(await self._acquire(pool), self._engine.dialect)
+        """A transaction the block left open is rolled back before the connection goes back, whatever
+        the driver reports of it (aiomysql does not see one a SELECT began); a connection that fails
+        to roll back is closed."""
+        pool, driver = await self._checkout()
         try:
-            yield link
+            link = DriverLink(driver, self._engine.dialect, self._autocommit)
+            try:
+                yield link
+            finally:
+                if link.in_transaction:
+                    with contextlib.suppress(Exception):
+                        await link.rollback()
+                pool.release(driver)
         finally:
-            pool.release(link.driver)
+            self._slots.release()
 
-    async def _acquire(self, pool: Any) -> Any:
+    async def _checkout(self) -> tuple[Any, Any]:
         dialect = self._engine.dialect
         dbapi = dialect.loaded_dbapi
+        pool = self._pool
         try:
             async with asyncio.timeout(self._timeout_s):
-                return await pool.acquire()
+                await self._slots.acquire()
+                try:
+                    pool = self._pool or await self._open()
+                    return pool, await pool.acquire()
+                except BaseException:
+                    self._slots.release()
+                    raise
         except TimeoutError as exc:
             raise PoolTimeout(f"no database connection within {self._timeout_s} s") from exc
         except dbapi.Error as exc:
@@ -65,6 +92,10 @@ class DriverPool:
             raise DBAPIError.instance(
                 None, None, exc, dbapi.Error, connection_invalidated=disconnect, dialect=dialect
             ) from exc
+        except RuntimeError as exc:
+            if pool is None or pool is self._pool:
+                raise
+            raise PoolTimeout("the database pool was closed (the service is stopping)") from exc
 
     async def _open(self) -> Any:
         async with self._opening:
@@ -79,7 +110,7 @@ class DriverPool:
                 driver = importlib.import_module(engine.dialect.driver)
                 self._pool = await driver.create_pool(
                     minsize=0,
-                    maxsize=engine.pool.size(),  # type: ignore[attr-defined]
+                    maxsize=self._size,
                     pool_recycle=RECYCLE_S,
                     **{**arguments, **MYSQL_CONNECT_ARGS, **isolation},
                     autocommit=self._autocommit,
@@ -87,6 +118,7 @@ class DriverPool:
         return self._pool
 
     async def close(self) -> None:
+        """Closes every connection, those in use too: called once the work using them has stopped."""
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.terminate()

@@ -26,6 +26,9 @@ MYSQL_CONNECT_ARGS: dict[str, Any] = {"connect_timeout": 5, "charset": "utf8mb4"
 WRITE_ISOLATION = "READ COMMITTED"
 RECYCLE_S = 1800
 POOL_TIMEOUT_S = 10
+# SQLAlchemy's pools keep twice `pool_size`: the extraction's work at once is bounded by `pool_size`,
+# and the HTTP side keeps the other half.
+KEPT_PER_SLOT = 2
 
 
 def _migrations_dir() -> Path:
@@ -55,7 +58,7 @@ def build_engine(url: str, pool_size: int, autocommit: bool = False) -> AsyncEng
         # Every connection the pool opens is kept: an overflow connection is closed when it comes back
         # and reopened at the next burst, and under steady load that churn (a TCP and auth handshake,
         # dozens a second) cost more CPU and tail latency than the queries it served.
-        pool_size=2 * pool_size,
+        pool_size=KEPT_PER_SLOT * pool_size,
         max_overflow=0,
         pool_recycle=RECYCLE_S,
         pool_timeout=POOL_TIMEOUT_S,
@@ -70,6 +73,12 @@ def build_engine(url: str, pool_size: int, autocommit: bool = False) -> AsyncEng
     )
     event.listen(engine.sync_engine, "handle_error", _retire_unusable_sessions)
     return engine
+
+
+def pool_size_of(engine: AsyncEngine) -> int:
+    """The `pool_size` a MySQL engine was built with."""
+    kept: int = engine.pool.size()  # type: ignore[attr-defined]
+    return max(1, kept // KEPT_PER_SLOT)
 
 
 def _retire_unusable_sessions(context: ExceptionContext) -> None:

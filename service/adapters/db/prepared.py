@@ -148,10 +148,14 @@ class DriverLink:
 
     direct = True
 
-    def __init__(self, driver: Any, dialect: Dialect) -> None:
+    def __init__(self, driver: Any, dialect: Dialect, autocommit: bool = False) -> None:
         self.driver = driver
         self.dialect = dialect
         self.retired = False
+        # A statement ran since the last commit or rollback: the driver's own flag misses a
+        # transaction that a SELECT began (aiomysql's).
+        self.in_transaction = False
+        self._autocommit = autocommit
         self._cursor: Any = None
 
     @property
@@ -167,6 +171,7 @@ class DriverLink:
             )
         if self._cursor is None:
             self._cursor = await _new_cursor(self.driver)
+        self.in_transaction = not self._autocommit
         return self._cursor
 
     async def retire(self, error: Exception | None) -> None:
@@ -177,6 +182,7 @@ class DriverLink:
 
     async def commit(self) -> None:
         await _driver_call(self, self.driver.commit, "COMMIT", ())
+        self.in_transaction = False
 
     async def rollback(self) -> None:
         """Undoes what the block left open; a connection that fails to is closed, never pooled."""
@@ -187,6 +193,7 @@ class DriverLink:
         except BaseException:
             await self.retire(None)
             raise
+        self.in_transaction = False
 
 
 async def _new_cursor(driver: Any) -> Any:
@@ -216,6 +223,7 @@ async def _driver_call(
             else exc
         )
         if not isinstance(error, dbapi.Error):
+            await link.retire(None)  # not the driver's report: where the reply stands is unknown
             raise
         disconnect = retires_connection(dialect, error)
         if disconnect:
