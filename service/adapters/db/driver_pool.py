@@ -24,6 +24,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from service.adapters.db import prepared
 from service.adapters.db.engine import (
     MYSQL_CONNECT_ARGS,
     POOL_TIMEOUT_S,
@@ -32,7 +33,7 @@ from service.adapters.db.engine import (
     pool_size_of,
 )
 from service.adapters.db.errors import retires_connection
-from service.adapters.db.prepared import DIRECT_DIALECTS, DriverLink
+from service.adapters.db.prepared import DriverLink
 
 
 class DriverPool:
@@ -52,7 +53,7 @@ class DriverPool:
 
     @staticmethod
     def serves(engine: AsyncEngine) -> bool:
-        return engine.dialect.name in DIRECT_DIALECTS
+        return engine.dialect.name in prepared.DIRECT_DIALECTS
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[DriverLink]:
