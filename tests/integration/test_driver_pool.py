@@ -172,12 +172,16 @@ async def test_a_statement_cancelled_mid_flight_retires_its_connection(writes: D
         assert await Statements(link).rows(SLOW, {"seconds": 0}) == [(0,)]
 
 
+async def with_lock_row(db: Database, user: int) -> int:
+    async with db.prepared_locked_user(user) as uow:
+        await uow.commit()
+    return user
+
+
 async def test_a_lock_wait_timeout_is_transient_and_keeps_the_connection(
     db: Database, writes: DriverPool
 ) -> None:
-    user = USER + 2
-    async with db.prepared_locked_user(user) as holder:
-        await holder.commit()  # the lock row exists
+    user = await with_lock_row(db, USER + 2)
     async with db.prepared_locked_user(user), writes.connection() as waiter:
         await (await cursor_of(waiter)).execute("SET SESSION innodb_lock_wait_timeout = 1")
         with pytest.raises(DBAPIError) as caught:
@@ -194,9 +198,7 @@ async def test_a_transaction_a_select_began_is_rolled_back_before_the_connection
     db: Database, writes: DriverPool
 ) -> None:
     """aiomysql's own flag misses it: the row lock would travel back into the pool with it."""
-    user = USER + 3
-    async with db.prepared_locked_user(user) as uow:
-        await uow.commit()  # the lock row exists
+    user = await with_lock_row(db, USER + 3)
     async with writes.connection() as link:
         thread = await ask(link, "SELECT CONNECTION_ID()")
         assert await Statements(link).rows(account_repository._LOCK_USER, {"user_id": user})
