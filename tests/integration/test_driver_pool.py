@@ -20,7 +20,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from service.adapters.db import account_repository, memory_repository
 from service.adapters.db.database import Database
 from service.adapters.db.driver_pool import DriverPool
-from service.adapters.db.engine import build_engine
+from service.adapters.db.engine import build_engine, pool_size_of
 from service.adapters.db.errors import MYSQL_TRANSIENT, error_code, is_transient
 from service.adapters.db.prepared import DriverLink, Statements
 from service.core.model import USER_GROUP, Source
@@ -321,3 +321,11 @@ async def test_an_error_that_is_not_the_drivers_own_retires_the_connection(db: D
     with pytest.raises(asyncio.IncompleteReadError):
         await Statements(link).rows(account_repository._LOCK_USER, {"user_id": USER})
     assert link.retired and driver.closed
+
+
+async def test_a_database_whose_pool_keeps_no_count_is_built_all_the_same() -> None:
+    """SQLite in memory runs on a StaticPool, which has no size: the driver pools, unused there,
+    must not stop the database from being built."""
+    engine = build_engine("sqlite+aiosqlite:///:memory:", 1)
+    assert pool_size_of(engine) == 1
+    await Database(engine).dispose()

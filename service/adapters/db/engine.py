@@ -76,8 +76,9 @@ def build_engine(url: str, pool_size: int, autocommit: bool = False) -> AsyncEng
 
 
 def pool_size_of(engine: AsyncEngine) -> int:
-    """The `pool_size` a MySQL engine was built with."""
-    kept: int = engine.pool.size()  # type: ignore[attr-defined]
+    """The `pool_size` a MySQL engine was built with (1 for a pool that keeps no count)."""
+    size = getattr(engine.pool, "size", None)
+    kept = int(size()) if callable(size) else KEPT_PER_SLOT
     return max(1, kept // KEPT_PER_SLOT)
 
 
