@@ -20,7 +20,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -32,8 +31,7 @@ from service.adapters.db.engine import (
     WRITE_ISOLATION,
     pool_size_of,
 )
-from service.adapters.db.errors import retires_connection
-from service.adapters.db.prepared import DriverLink
+from service.adapters.db.prepared import DriverLink, as_sqlalchemy_error
 
 
 class DriverPool:
@@ -89,10 +87,7 @@ class DriverPool:
         except TimeoutError as exc:
             raise PoolTimeout(f"no database connection within {self._timeout_s} s") from exc
         except dbapi.Error as exc:
-            disconnect = retires_connection(dialect, exc)
-            raise DBAPIError.instance(
-                None, None, exc, dbapi.Error, connection_invalidated=disconnect, dialect=dialect
-            ) from exc
+            raise as_sqlalchemy_error(dialect, exc) from exc
         except RuntimeError as exc:
             if pool is None or pool is self._pool:
                 raise

@@ -225,17 +225,28 @@ async def _driver_call(
         if not isinstance(error, dbapi.Error):
             await link.retire(None)  # not the driver's report: where the reply stands is unknown
             raise
-        disconnect = retires_connection(dialect, error)
-        if disconnect:
+        wrapped = as_sqlalchemy_error(dialect, error, sql, args)
+        if wrapped.connection_invalidated:
             await link.retire(error)
-        raise DBAPIError.instance(
-            sql, args, error, dbapi.Error, connection_invalidated=disconnect, dialect=dialect
-        ) from exc
+        raise wrapped from exc
     except BaseException:
         # Cancelled mid-call: the reply may still be on the wire, so the connection must never
         # serve another statement (SQLAlchemy does the same on an exit exception).
         await link.retire(None)
         raise
+
+
+def as_sqlalchemy_error(
+    dialect: Dialect, error: Exception, sql: str | None = None, args: tuple[Any, ...] | None = None
+) -> DBAPIError:
+    """The driver's error as SQLAlchemy raises it, a disconnect or a refused session marked so."""
+    dbapi = dialect.loaded_dbapi
+    disconnect = retires_connection(dialect, error)
+    wrapped = DBAPIError.instance(
+        sql, args, error, dbapi.Error, connection_invalidated=disconnect, dialect=dialect
+    )
+    assert isinstance(wrapped, DBAPIError)  # `error` is one of the driver's
+    return wrapped
 
 
 class Statements:
