@@ -184,8 +184,10 @@ def _vanished(
 
 
 def fact_key(row: Row) -> tuple[str, str, object]:
-    """The fact a row states: the simulated fact it names (any wording, merged or not), else its text."""
-    return row.scope, row.project_key, fact_of(row.content) or _identity(row.content)
+    """The fact a row states: the simulated fact it names (any wording, merged or not, read through
+    the identity rule, so an invisible character cannot hide the name), else its text."""
+    text = _identity(row.content)
+    return row.scope, row.project_key, fact_of(text) or text
 
 
 def lost_facts(before: dict[int, Row], after: dict[int, Row], user_deleted: frozenset[int]) -> list[str]:

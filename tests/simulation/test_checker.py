@@ -11,7 +11,10 @@ from typing import Any
 import pytest
 
 from service.core import normalize
-from service.core.model import Scope
+from service.core.consolidation import ConsolidationPlan, Merge
+from service.core.consolidation_ops import GroupState, MergeAway, decide
+from service.core.model import Group, MemoryRow, Scope, Source, Status
+from service.core.normalize import dedup_hash
 from tests.simulation.checker import (
     Actor,
     Offered,
@@ -23,6 +26,7 @@ from tests.simulation.checker import (
     lost_facts,
 )
 from tests.simulation.conftest import Simulate
+from tests.simulation.model import wording
 from tests.simulation.twins import KINDS, TwinRow, _old_hash, check_twins, twin_sets
 
 T0 = datetime(2027, 3, 1, 12, 0)
@@ -267,3 +271,20 @@ def test_an_upgrade_that_breaks_the_precedence_is_caught() -> None:
     ]
     both = migrated(first) | migrated(second)
     assert check_twins([[first, second]], both, []) == ["twins [7, 8]: 2 rows survive, not one"]
+
+
+def test_a_merge_onto_a_row_with_an_invisible_character_keeps_the_fact() -> None:
+    """The service folds a merge into the ACTIVE row that already says its text, and identity ignores
+    a zero-width space: that row states the fact, whatever characters it hides."""
+    texts = {1: wording(7, 3, 0), 2: wording(7, 3, 1), 3: wording(7, 3, 2).replace("的", "\u200b的", 1)}
+    group = Group(Scope.USER, "")
+    rows = {
+        i: MemoryRow(i, Scope.USER, "", t, Source.AUTO, Status.ACTIVE, dedup_hash(Scope.USER, "", t), T0)
+        for i, t in texts.items()
+    }
+    plan = ConsolidationPlan([Merge((1, 2), wording(7, 3, 2))])
+    ops = decide(plan, group, {1: rows[1], 2: rows[2]}, GroupState(rows, {rows[3].dedup_hash: rows[3]}))
+    assert ops == [MergeAway(1, texts[1], wording(7, 3, 2)), MergeAway(2, texts[2], wording(7, 3, 2))]
+    before = {i: row(i, t) for i, t in texts.items()}
+    assert lost_facts(before, {3: before[3]}, frozenset()) == []
+    assert lost_facts(before, {1: before[1]}, frozenset()) == []
