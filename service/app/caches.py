@@ -51,7 +51,7 @@ class CaptureSwitch:
     async def _read(self, user_ids: set[int]) -> dict[int, bool]:
         """One query; cached unless an invalidation arrived while it ran."""
         generation = self._generation
-        async with self._db.read() as uow:
+        async with self._db.prepared_read() as uow:
             values = await uow.accounts.capture_enabled_many(user_ids)
         if generation == self._generation:
             if len(self._entries) + len(values) > MAX_ENTRIES:

@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from typing import cast
 
 import pytest
+import sqlalchemy as sa
 from aiokafka import ConsumerRecord
 
 from service.adapters.db.database import Database, UnitOfWork
@@ -58,6 +59,29 @@ async def test_a_warm_up_larger_than_one_in_list(any_db: Database, user_id: int)
     assert [switch.cached(u) for u in users] == [(u - user_id) % 3 == 0 for u in users]
 
 
+async def test_lookups_take_no_connection_of_the_engines_where_the_driver_pool_serves(
+    any_db: Database, user_id: int
+) -> None:
+    """On MySQL the switch reads on the extraction's lookup pool: a burst of misses would otherwise
+    open a second set of connections on the engine (each 256 KiB of buffer with asyncmy)."""
+    checkouts: list[object] = []
+
+    def counted(*args: object) -> None:
+        checkouts.append(args)
+
+    pools = {any_db.engine.sync_engine.pool, any_db.read_engine.sync_engine.pool}
+    for pool in pools:
+        sa.event.listen(pool, "checkout", counted)
+    try:
+        switch = CaptureSwitch(any_db, ttl_s=60)
+        await asyncio.gather(switch.enabled(user_id), switch.warm([user_id + 1, user_id + 2]))
+    finally:
+        for pool in pools:
+            sa.event.remove(pool, "checkout", counted)
+    assert [switch.cached(u) for u in (user_id, user_id + 1)] == [False, False]
+    assert (checkouts == []) == (not any_db.is_sqlite), checkouts
+
+
 @pytest.mark.parametrize("size", [1, 2, 5, 8, 9])
 async def test_every_batch_size_reads_each_user_once_padding_or_not(
     any_db: Database, user_id: int, size: int
@@ -79,8 +103,8 @@ class PausedReads:
         self.release = asyncio.Event()
 
     @asynccontextmanager
-    async def read(self) -> AsyncIterator[UnitOfWork]:
-        async with self._db.read() as uow:
+    async def prepared_read(self) -> AsyncIterator[UnitOfWork]:
+        async with self._db.prepared_read() as uow:
             yield uow
         self.read_done.set()
         await self.release.wait()
