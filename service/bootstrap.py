@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import structlog
 from aiokafka import AIOKafkaConsumer
-from fastapi import FastAPI
+from starlette.applications import Starlette
 
 from service.adapters.circuit_breaker import BreakerState, CircuitBreaker
 from service.adapters.db.database import Database
@@ -204,7 +204,7 @@ def build_http(
     capture: CaptureSwitch,
     consumption: Consumption | None,
     include_api: bool,
-) -> FastAPI:
+) -> Starlette:
     checks = {"database": _db_check(db)}
     if consumption is not None:
         checks["broker"] = _broker_check(consumption.dead_letters)

@@ -20,7 +20,7 @@ from typing import Any
 
 import structlog
 import uvicorn
-from fastapi import FastAPI
+from starlette.applications import Starlette
 
 from service.adapters.db.database import Database
 from service.adapters.db.engine import SCHEMA_HEAD
@@ -67,7 +67,7 @@ class Service:
     metrics: Metrics
     db: Database
     capture: CaptureSwitch
-    http: FastAPI
+    http: Starlette
     consumption: Consumption | None  # None in `api` mode
     retention: RetentionJob | None  # the periodic run, in `run` and `worker` when its interval is set
 
@@ -165,7 +165,7 @@ class _Server(uvicorn.Server):
 
 
 @contextlib.asynccontextmanager
-async def _serving(app: FastAPI, settings: Settings) -> AsyncIterator[asyncio.Task[None]]:
+async def _serving(app: Starlette, settings: Settings) -> AsyncIterator[asyncio.Task[None]]:
     server = _Server(server_config(app, settings))
     task = asyncio.create_task(server.serve())
     try:

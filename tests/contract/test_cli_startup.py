@@ -43,3 +43,35 @@ def test_dev_token_loads_no_heavy_library() -> None:
     token, loaded = made.stdout.splitlines()
     assert token.count(".") == 2
     assert loaded == "", f"dev-token imported {loaded}"
+
+
+WORKER_PROBE = """
+import asyncio, sys
+from service import bootstrap
+from service.config import Settings
+from service.entrypoints.process import Mode
+
+async def build():
+    settings = Settings(_env_file=None, kafka_bootstrap="127.0.0.1:9", jwt_secret="w" * 40)
+    return bootstrap.build_service(settings, Mode.WORKER)
+
+service = asyncio.run(build())
+print(type(service.http).__name__, ",".join(sorted(set(sys.argv[1].split(",")) & set(sys.modules))))
+"""
+API_ONLY = ["fastapi", "service.app.memories", "service.entrypoints.http.api_app", "jwt"]
+
+
+def test_a_bare_worker_builds_without_the_apis_libraries() -> None:
+    """Its HTTP side is three ops routes: FastAPI and the API's modules would cost it 8 MiB."""
+    made = subprocess.run(
+        [sys.executable, "-c", WORKER_PROBE, ",".join(API_ONLY)],
+        env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert made.returncode == 0, made.stderr
+    app, loaded = made.stdout.split()[0], made.stdout.split()[1:]
+    assert app == "Starlette"
+    assert loaded == [], f"a bare worker imported {loaded}"

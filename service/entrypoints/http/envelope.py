@@ -1,29 +1,24 @@
 """The response envelope `{code, message, data}` on every response, errors included.
 
-FastAPI answers 404, 405 and validation errors in its own shape; the handlers here replace all of
-them, and turn a database outage into 503 rather than 500.
+Starlette answers 404 and 405 in its own shape; the handlers here replace them, and turn a database
+outage into 503 rather than 500. The memory API's own errors are mapped in `api_errors`.
 """
 
 from __future__ import annotations
 
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 import structlog
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from pydantic import BaseModel
+from starlette.applications import Starlette
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse
 
 from service.adapters.db.errors import is_transient
-from service.app.memories import Duplicate, LimitExceeded, NotFound
-from service.core.normalize import clean_content
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
-# An unknown key or tag is echoed in a 400's message: at most this much of it, without control,
-# direction or invisible characters.
-MAX_SHOWN_KEY_CHARS = 40
 
 # HTTP status → (code, default message); 40900/40901 share 409 and are raised explicitly.
 CODES: dict[int, tuple[int, str]] = {
@@ -74,55 +69,27 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return {s: {"model": ErrorEnvelope, "description": CODES[s][1]} for s in statuses}
 
 
-def _shown(part: object) -> str:
-    """A field name as the message shows it: an unknown key is the client's text, so it is cut
-    short (the message itself is cleaned to one line of visible text)."""
-    text = str(part)
-    return text if len(text) <= MAX_SHOWN_KEY_CHARS else text[:MAX_SHOWN_KEY_CHARS] + "…"
+def install_error_handlers(app: Starlette) -> None:
+    """Every app's handlers: a bare worker's ops routes answer with the envelope too."""
+    app.add_exception_handler(ApiError, _api)
+    app.add_exception_handler(StarletteHTTPException, _http)
+    app.add_exception_handler(Exception, _unexpected)
 
 
-def install_error_handlers(app: FastAPI) -> None:
-    @app.exception_handler(ApiError)
-    async def _api(_: Request, exc: ApiError) -> JSONResponse:
-        return error_response(exc.status, exc.message, exc.code)
+async def _api(_: Request, exc: Exception) -> JSONResponse:
+    err = cast(ApiError, exc)  # registered for ApiError only
+    return error_response(err.status, err.message, err.code)
 
-    @app.exception_handler(NotFound)
-    async def _not_found(_: Request, __: NotFound) -> JSONResponse:
-        return error_response(404, "memory not found")
 
-    @app.exception_handler(Duplicate)
-    async def _duplicate(_: Request, __: Duplicate) -> JSONResponse:
-        return error_response(409, "MEMORY_CONTENT_DUPLICATE", 40900)
+async def _http(_: Request, exc: Exception) -> JSONResponse:
+    status = cast(StarletteHTTPException, exc).status_code
+    status = status if status in CODES else 400
+    return error_response(status)
 
-    @app.exception_handler(LimitExceeded)
-    async def _limit(_: Request, __: LimitExceeded) -> JSONResponse:
-        return error_response(409, "MEMORY_LIMIT_EXCEEDED", 40901)
 
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        first = exc.errors()[0] if exc.errors() else {}
-        if first.get("type") == "json_invalid":
-            reason = (first.get("ctx") or {}).get("error", "invalid JSON")
-            position = first.get("loc", ("body", "?"))[-1]
-            return error_response(
-                400, f"the request body is not valid JSON: {reason} at character {position}"
-            )
-        where = ".".join(_shown(p) for p in first.get("loc", ()) if p not in {"body", "query", "path"})
-        reason = str(first.get("msg", "invalid"))
-        if (ctx := first.get("ctx") or {}).get("tag") is not None:  # an unknown `scope`, as sent
-            reason = reason.replace(f"'{ctx['tag']}'", f"'{_shown(ctx['tag'])}'", 1)
-        message = f"{where}: {reason}" if where else reason
-        return error_response(400, clean_content(message)[:300])
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        status = exc.status_code if exc.status_code in CODES else 400
-        return error_response(status)
-
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        if is_transient(exc):
-            log.warning("http_database_unavailable", path=request.url.path, error=str(exc))
-            return error_response(503, "database unavailable")
-        log.exception("http_unhandled_error", path=request.url.path)
-        return error_response(500)
+async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    if is_transient(exc):
+        log.warning("http_database_unavailable", path=request.url.path, error=str(exc))
+        return error_response(503, "database unavailable")
+    log.exception("http_unhandled_error", path=request.url.path)
+    return error_response(500)

@@ -1,4 +1,6 @@
-"""Liveness, readiness and Prometheus metrics: what the orchestrator and the scraper call."""
+"""Liveness, readiness and Prometheus metrics: what the orchestrator and the scraper call.
+
+Plain Starlette routes: a bare worker serves only these, and FastAPI would cost it 5 MiB."""
 
 from __future__ import annotations
 
@@ -6,9 +8,10 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
-from fastapi import APIRouter
-from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
 from service.adapters.metrics import Metrics
 
@@ -19,8 +22,7 @@ CHECK_TIMEOUT_S = 2.0
 REFRESH_EVERY_S = 10.0
 
 
-def ops_router(metrics: Metrics, checks: dict[str, Check]) -> APIRouter:
-    router = APIRouter(include_in_schema=False)
+def ops_routes(metrics: Metrics, checks: dict[str, Check]) -> list[Route]:
     refreshing: set[asyncio.Task[dict[str, bool]]] = set()
     last_refresh = [0.0]
 
@@ -39,13 +41,11 @@ def ops_router(metrics: Metrics, checks: dict[str, Check]) -> APIRouter:
         refreshing.add(task)
         task.add_done_callback(refreshing.discard)
 
-    @router.get("/healthz")
-    async def healthz() -> dict[str, str]:
+    async def healthz(_: Request) -> JSONResponse:
         """The process is up and its event loop answers."""
-        return {"status": "ok"}
+        return JSONResponse({"status": "ok"})
 
-    @router.get("/readyz")
-    async def readyz() -> JSONResponse:
+    async def readyz(_: Request) -> JSONResponse:
         """Ready when every dependency (database, broker) answers within two seconds."""
         status = await run_checks()
         ready = all(status.values())
@@ -57,13 +57,16 @@ def ops_router(metrics: Metrics, checks: dict[str, Check]) -> APIRouter:
             status_code=200 if ready else 503,
         )
 
-    @router.get("/metrics")
-    async def scrape() -> Response:
+    async def scrape(_: Request) -> Response:
         """Scrapes keep `mao_memory_ready` fresh, so the readiness alert needs no other prober."""
         refresh_in_background()
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    return router
+    return [
+        Route("/healthz", healthz, methods=["GET"], include_in_schema=False),
+        Route("/readyz", readyz, methods=["GET"], include_in_schema=False),
+        Route("/metrics", scrape, methods=["GET"], include_in_schema=False),
+    ]
 
 
 async def _run(check: Check) -> bool:

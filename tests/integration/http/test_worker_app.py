@@ -1,0 +1,77 @@
+"""A bare worker's HTTP side: the ops routes alone, on plain Starlette, with the envelope."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from service.bootstrap import build_service
+from service.config import Settings
+from service.entrypoints.process import Mode
+from tests.support.processes import MariaDbDatabase
+from tests.support.tokens import INTERNAL, SECRET, bearer, token
+
+
+@pytest.fixture
+async def worker_http(mariadb: MariaDbDatabase) -> AsyncIterator[httpx.AsyncClient]:
+    settings = Settings(  # type: ignore[call-arg]
+        _env_file=None,
+        database_url=mariadb.url,
+        jwt_secret=SECRET,
+        internal_token=INTERNAL,
+        kafka_bootstrap="127.0.0.1:9",  # nothing listens: the broker check fails
+    )
+    service = build_service(settings, Mode.WORKER)
+    transport = httpx.ASGITransport(app=service.http)
+    async with httpx.AsyncClient(transport=transport, base_url="http://worker") as client:
+        yield client
+    assert service.consumption is not None
+    await service.consumption.runner.close()
+    await service.consumption.dead_letters.stop()
+    await service.db.dispose()
+
+
+async def test_the_ops_routes_answer(worker_http: httpx.AsyncClient) -> None:
+    health = await worker_http.get("/healthz")
+    assert (health.status_code, health.json()) == (200, {"status": "ok"})
+    ready = await worker_http.get("/readyz")
+    assert ready.status_code == 503
+    assert ready.json() == {
+        "status": "unavailable",
+        "checks": {"database": "ok", "broker": "fail", "consumer": "fail"},
+    }
+    scrape = await worker_http.get("/metrics")
+    assert scrape.status_code == 200
+    assert scrape.headers["content-type"].startswith("text/plain")
+    assert "mao_memory_ready 0.0" in scrape.text
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status", "code"),
+    [
+        ("GET", "/api/v1/memory", 404, 40400),  # the API is not served here
+        ("GET", "/internal/v1/memory/inject?userId=1", 404, 40400),
+        ("GET", "/openapi.json", 404, 40400),
+        ("GET", "/console/", 404, 40400),
+        ("GET", "/healthz/", 404, 40400),  # no redirect built from the Host header
+        ("POST", "/healthz", 405, 40500),
+        ("DELETE", "/metrics", 405, 40500),
+    ],
+)
+async def test_anything_else_is_refused_with_the_envelope(
+    worker_http: httpx.AsyncClient, method: str, path: str, status: int, code: int
+) -> None:
+    headers = bearer(INTERNAL if path.startswith("/internal/") else token(1))
+    response = await worker_http.request(method, path, headers=headers)
+    assert response.status_code == status
+    assert response.json()["code"] == code
+    assert response.json()["data"] is None
+    assert "location" not in response.headers
+
+
+async def test_an_oversized_body_is_refused_before_any_route(worker_http: httpx.AsyncClient) -> None:
+    response = await worker_http.post("/healthz", content=b"x" * (64 * 1024 + 1))
+    assert response.status_code == 413
+    assert response.json()["code"] == 41300
