@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterable
 
@@ -24,6 +25,11 @@ class CaptureSwitch:
         self._entries: dict[int, tuple[bool, float]] = {}
         # Bumped by every invalidation: a read that started before one must not cache what it read.
         self._generation = 0
+        # The reads, one at a time: the users asked for meanwhile, the count begun, the last answer.
+        self._turn = asyncio.Lock()
+        self._wanted: set[int] = set()
+        self._reads = 0
+        self._last: tuple[int, dict[int, bool]] = (0, {})
 
     async def enabled(self, user_id: int) -> bool:
         cached = self.cached(user_id)
@@ -49,17 +55,30 @@ class CaptureSwitch:
         self._entries.pop(user_id, None)
 
     async def _read(self, user_ids: set[int]) -> dict[int, bool]:
-        """One query; cached unless an invalidation arrived while it ran."""
-        generation = self._generation
-        async with self._db.prepared_read() as uow:
-            values = await uow.accounts.capture_enabled_many(user_ids)
-        if generation == self._generation:
-            if len(self._entries) + len(values) > MAX_ENTRIES:
-                self._entries.clear()
-            expires = self._clock() + self._ttl_s
-            for user_id, value in values.items():
-                self._entries[user_id] = (value, expires)
-        return values
+        """One read at a time, on the database's side lookup: the users asked for while one runs are
+        read together by the next, and a read that began after a caller asked answers it. Cached
+        unless an invalidation arrived while the read ran."""
+        self._wanted |= user_ids
+        asked = self._reads
+        async with self._turn:
+            number, values = self._last
+            if number <= asked or not user_ids <= values.keys():
+                batch, self._wanted = self._wanted | user_ids, set()
+                self._reads += 1
+                number, generation = self._reads, self._generation
+                async with self._db.side_read() as uow:
+                    values = await uow.accounts.capture_enabled_many(batch)
+                self._last = (number, values)
+                if generation == self._generation:
+                    self._remember(values)
+        return {u: values[u] for u in user_ids}
+
+    def _remember(self, values: dict[int, bool]) -> None:
+        if len(self._entries) + len(values) > MAX_ENTRIES:
+            self._entries.clear()
+        expires = self._clock() + self._ttl_s
+        for user_id, value in values.items():
+            self._entries[user_id] = (value, expires)
 
 
 class ProjectRecorder:

@@ -20,6 +20,7 @@ from service.core.outcomes import Outcome
 from service.entrypoints.consumer import EventProcessor
 from tests.integration.conftest import HandlerFactory, make_event
 from tests.support.pool import set_capture
+from tests.support.processes import MariaDbDatabase
 
 
 class Clock:
@@ -103,8 +104,8 @@ class PausedReads:
         self.release = asyncio.Event()
 
     @asynccontextmanager
-    async def prepared_read(self) -> AsyncIterator[UnitOfWork]:
-        async with self._db.prepared_read() as uow:
+    async def side_read(self) -> AsyncIterator[UnitOfWork]:
+        async with self._db.side_read() as uow:
             yield uow
         self.read_done.set()
         await self.release.wait()
@@ -126,6 +127,120 @@ async def test_an_invalidation_during_a_read_keeps_a_stale_answer_out(any_db: Da
 
         assert switch.cached(user_id) is None
         switch.invalidate(user_id)
+
+
+class GatedReads:
+    """Counts the side lookups, how many run at once, and holds the first open until `go` is set."""
+
+    def __init__(self, db: Database, fail_first: bool = False) -> None:
+        self._db = db
+        self.fail_first = fail_first
+        self.started = asyncio.Event()
+        self.go = asyncio.Event()
+        self.reads = 0
+        self.running = 0
+        self.most = 0
+
+    @asynccontextmanager
+    async def side_read(self) -> AsyncIterator[UnitOfWork]:
+        self.reads += 1
+        self.running += 1
+        self.most = max(self.most, self.running)
+        try:
+            if self.reads == 1:
+                self.started.set()
+                await self.go.wait()
+                if self.fail_first:
+                    raise ConnectionResetError("the first lookup's connection dropped")
+            async with self._db.side_read() as uow:
+                yield uow
+        finally:
+            self.running -= 1
+
+
+async def test_misses_while_a_read_runs_are_read_together_by_the_next(any_db: Database, user_id: int) -> None:
+    users = list(range(user_id, user_id + 12))
+    for u in users[::4]:
+        await set_capture(any_db, u, True)
+    gated = GatedReads(any_db)
+    switch = CaptureSwitch(cast(Database, gated), ttl_s=60)
+    first = asyncio.create_task(switch.enabled(users[0]))
+    await gated.started.wait()
+    rest = [asyncio.create_task(switch.enabled(u)) for u in users[1:6]]
+    rest.append(asyncio.create_task(switch.warm(users[6:])))
+    await asyncio.sleep(0.05)  # every miss is waiting behind the first read
+    gated.go.set()
+    answers = [await first, *[await t for t in rest[:-1]]]
+    await rest[-1]
+
+    assert answers == [(u - user_id) % 4 == 0 for u in users[:6]]
+    assert [switch.cached(u) for u in users] == [(u - user_id) % 4 == 0 for u in users]
+    assert (gated.reads, gated.most) == (2, 1)  # eleven misses in one read, never two at once
+
+
+async def test_a_failed_read_leaves_its_waiters_to_read_for_themselves(
+    any_db: Database, user_id: int
+) -> None:
+    await set_capture(any_db, user_id + 1, True)
+    gated = GatedReads(any_db, fail_first=True)
+    switch = CaptureSwitch(cast(Database, gated), ttl_s=60)
+    first = asyncio.create_task(switch.enabled(user_id))
+    await gated.started.wait()
+    waiting = [asyncio.create_task(switch.enabled(u)) for u in (user_id + 1, user_id + 2)]
+    await asyncio.sleep(0.05)
+    gated.go.set()
+
+    with pytest.raises(ConnectionResetError):
+        await first
+    assert [await t for t in waiting] == [True, False]
+    assert gated.reads == 2  # both waiters in one read
+    assert switch.cached(user_id) is None  # the failed caller had its error, nobody reads for it
+
+
+async def test_a_cancelled_lookup_leaves_the_others_answered(any_db: Database, user_id: int) -> None:
+    gated = GatedReads(any_db)
+    switch = CaptureSwitch(cast(Database, gated), ttl_s=60)
+    first = asyncio.create_task(switch.enabled(user_id))
+    await gated.started.wait()
+    gone = asyncio.create_task(switch.enabled(user_id + 1))
+    kept = asyncio.create_task(switch.enabled(user_id + 2))
+    await asyncio.sleep(0.05)
+    gone.cancel()  # a batch's warm-up past its timeout
+    gated.go.set()
+
+    assert (await first, await kept) == (False, False)
+    with pytest.raises(asyncio.CancelledError):
+        await gone
+    assert gated.reads == 2
+
+
+async def test_the_switch_gets_a_connection_while_every_extraction_slot_reads(
+    mariadb: MariaDbDatabase, user_id: int
+) -> None:
+    """The lookup pool keeps a connection beyond `pool_size` for the switch: with every slot's read
+    in flight, a miss is answered at once, and the slots' reads never wait for the switch's."""
+    db = Database(build_engine(mariadb.url, pool_size=2), build_engine(mariadb.url, 2, autocommit=True))
+    try:
+        switch = CaptureSwitch(db, ttl_s=60)
+        held = [db.prepared_read() for _ in range(2)]
+        for unit in held:
+            await unit.__aenter__()
+        try:
+            assert await asyncio.wait_for(switch.enabled(user_id), timeout=2) is False
+            paused = PausedReads(db)
+            blocked = CaptureSwitch(cast(Database, paused), ttl_s=60)
+            side = asyncio.create_task(blocked.enabled(user_id + 1))
+            await paused.read_done.wait()  # the side lookup holds its connection open
+            await held.pop().__aexit__(None, None, None)
+            async with asyncio.timeout(2), db.prepared_read() as uow:
+                assert await uow.accounts.capture_enabled_many([user_id]) == {user_id: False}
+            paused.release.set()
+            await side
+        finally:
+            for unit in held:
+                await unit.__aexit__(None, None, None)
+    finally:
+        await db.dispose()
 
 
 async def test_warm_users_skip_without_io_in_seed_order(

@@ -18,6 +18,9 @@ from service.adapters.db.memory_repository import MemoryRepository
 from service.adapters.db.prepared import DriverLink, Statements
 from service.core.clock import Clock, SystemClock
 
+# Lookups `side_read` runs at once, on connections the lookup pool keeps beyond `pool_size`.
+SIDE_LOOKUPS = 1
+
 
 class UnitOfWork:
     """`conn`: a SQLAlchemy connection, or a `DriverLink`, on which only the repositories' prepared
@@ -51,8 +54,11 @@ class Database:
         # SQLite has a single writer; serializing writers here turns SQLITE_BUSY into a queue and
         # plays the part of MySQL's per-user row lock in the embedded setup.
         self._sqlite_writer = asyncio.Lock()
-        # The prepared-only units of work on MySQL: the driver's own pools (`driver_pool`).
-        self._lookups = DriverPool(self.read_engine, autocommit=True)
+        # The prepared-only units of work on MySQL: the driver's own pools (`driver_pool`). The
+        # lookup pool holds `pool_size` connections for the extraction's bounded reads, and
+        # SIDE_LOOKUPS more for `side_read`, which its semaphore bounds.
+        self._lookups = DriverPool(self.read_engine, autocommit=True, reserved=SIDE_LOOKUPS)
+        self._side = asyncio.Semaphore(SIDE_LOOKUPS)
         self._writes = DriverPool(engine, autocommit=False)
 
     def now(self) -> datetime:
@@ -91,13 +97,22 @@ class Database:
 
     @asynccontextmanager
     async def prepared_read(self) -> AsyncIterator[UnitOfWork]:
-        """`read()` for lookups made of the repositories' prepared statements only."""
+        """`read()` for lookups made of the repositories' prepared statements only, by callers that
+        an extraction slot bounds to `pool_size` at once (others use `side_read`)."""
         if not DriverPool.serves(self.read_engine) or self.read_engine is self.engine:
             async with self.read() as uow:
                 yield uow
             return
         async with self._lookups.connection() as link:
             yield UnitOfWork(link, autocommit=True)
+
+    @asynccontextmanager
+    async def side_read(self) -> AsyncIterator[UnitOfWork]:
+        """`prepared_read()` for lookups outside the extraction's slots (the capture switch), one at a
+        time on the lookup pool's reserved connection: they neither wait for a slot's read nor make
+        one wait for its connection."""
+        async with self._side, self.prepared_read() as uow:
+            yield uow
 
     @asynccontextmanager
     async def prepared_locked_user(self, user_id: int) -> AsyncIterator[UnitOfWork]:

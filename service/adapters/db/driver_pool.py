@@ -40,11 +40,14 @@ class DriverPool:
     transactions (the locked writes). Callers queue on the pool's own semaphore, within `timeout_s`,
     not on the driver's pool, which is left no waiter to forget to wake."""
 
-    def __init__(self, engine: AsyncEngine, autocommit: bool, timeout_s: float = POOL_TIMEOUT_S) -> None:
+    def __init__(
+        self, engine: AsyncEngine, autocommit: bool, timeout_s: float = POOL_TIMEOUT_S, reserved: int = 0
+    ) -> None:
+        """`reserved`: connections beyond the engine's `pool_size`, for callers outside its bound."""
         self._engine = engine
         self._autocommit = autocommit
         self._timeout_s = timeout_s
-        self._size = pool_size_of(engine)
+        self._size = pool_size_of(engine) + reserved
         self._slots = asyncio.Semaphore(self._size)
         self._pool: Any = None
         self._opening = asyncio.Lock()

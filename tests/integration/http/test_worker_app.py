@@ -46,6 +46,8 @@ async def test_the_ops_routes_answer(worker_http: httpx.AsyncClient) -> None:
     assert scrape.status_code == 200
     assert scrape.headers["content-type"].startswith("text/plain")
     assert "mao_memory_ready 0.0" in scrape.text
+    head = await worker_http.head("/healthz")  # a probe may send HEAD: answered like GET, no body
+    assert (head.status_code, head.content) == (200, b"")
 
 
 @pytest.mark.parametrize(
