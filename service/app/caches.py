@@ -25,11 +25,12 @@ class CaptureSwitch:
         self._entries: dict[int, tuple[bool, float]] = {}
         # Bumped by every invalidation: a read that started before one must not cache what it read.
         self._generation = 0
-        # The reads, one at a time: the users asked for meanwhile, the count begun, the last answer.
+        # The reads, one at a time: the users asked for meanwhile, the count begun, and the last
+        # read's number, users and answer (or failure).
         self._turn = asyncio.Lock()
         self._wanted: set[int] = set()
         self._reads = 0
-        self._last: tuple[int, dict[int, bool]] = (0, {})
+        self._last: tuple[int, set[int], dict[int, bool] | Exception] = (0, set(), {})
 
     async def enabled(self, user_id: int) -> bool:
         cached = self.cached(user_id)
@@ -56,22 +57,31 @@ class CaptureSwitch:
 
     async def _read(self, user_ids: set[int]) -> dict[int, bool]:
         """One read at a time, on the database's side lookup: the users asked for while one runs are
-        read together by the next, and a read that began after a caller asked answers it. Cached
-        unless an invalidation arrived while the read ran."""
+        read together by the next, and a read that began after a caller asked answers it, or fails
+        it, so an outage costs its waiters one wait, not one each. A cancelled read hands its users
+        to the next. Cached unless an invalidation arrived while the read ran."""
         self._wanted |= user_ids
         asked = self._reads
         async with self._turn:
-            number, values = self._last
-            if number <= asked or not user_ids <= values.keys():
+            number, batch, outcome = self._last
+            if number <= asked or not user_ids <= batch:
                 batch, self._wanted = self._wanted | user_ids, set()
                 self._reads += 1
                 number, generation = self._reads, self._generation
-                async with self._db.side_read() as uow:
-                    values = await uow.accounts.capture_enabled_many(batch)
-                self._last = (number, values)
-                if generation == self._generation:
-                    self._remember(values)
-        return {u: values[u] for u in user_ids}
+                try:
+                    async with self._db.side_read() as uow:
+                        outcome = await uow.accounts.capture_enabled_many(batch)
+                except Exception as exc:
+                    outcome = exc
+                except BaseException:
+                    self._wanted |= batch - user_ids
+                    raise
+                self._last = (number, batch, outcome)
+                if not isinstance(outcome, Exception) and generation == self._generation:
+                    self._remember(outcome)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return {u: outcome[u] for u in user_ids}
 
     def _remember(self, values: dict[int, bool]) -> None:
         if len(self._entries) + len(values) > MAX_ENTRIES:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import cast
@@ -11,14 +12,17 @@ import pytest
 import sqlalchemy as sa
 from aiokafka import ConsumerRecord
 
+from service.adapters.db import database
 from service.adapters.db.database import Database, UnitOfWork
 from service.adapters.db.engine import build_engine
+from service.adapters.db.errors import is_transient
 from service.adapters.kafka.dead_letters import DeadLetterPublisher
 from service.adapters.metrics import Metrics
 from service.app.caches import CaptureSwitch
 from service.core.outcomes import Outcome
 from service.entrypoints.consumer import EventProcessor
 from tests.integration.conftest import HandlerFactory, make_event
+from tests.support.cancelling import SLOW
 from tests.support.pool import set_capture
 from tests.support.processes import MariaDbDatabase
 
@@ -130,11 +134,15 @@ async def test_an_invalidation_during_a_read_keeps_a_stale_answer_out(any_db: Da
 
 
 class GatedReads:
-    """Counts the side lookups, how many run at once, and holds the first open until `go` is set."""
+    """Counts the side lookups and how many run at once; holds the `gated` reads (by number) open
+    until `go` is set, and fails the `failing` ones."""
 
-    def __init__(self, db: Database, fail_first: bool = False) -> None:
+    def __init__(
+        self, db: Database, gated: frozenset[int] = frozenset({1}), failing: frozenset[int] = frozenset()
+    ):
         self._db = db
-        self.fail_first = fail_first
+        self.gated = gated
+        self.failing = failing
         self.started = asyncio.Event()
         self.go = asyncio.Event()
         self.reads = 0
@@ -144,18 +152,26 @@ class GatedReads:
     @asynccontextmanager
     async def side_read(self) -> AsyncIterator[UnitOfWork]:
         self.reads += 1
+        number = self.reads
         self.running += 1
         self.most = max(self.most, self.running)
         try:
-            if self.reads == 1:
+            if number in self.gated:
                 self.started.set()
                 await self.go.wait()
-                if self.fail_first:
-                    raise ConnectionResetError("the first lookup's connection dropped")
+            if number in self.failing:
+                raise ConnectionResetError(f"lookup {number}'s connection dropped")
             async with self._db.side_read() as uow:
                 yield uow
         finally:
             self.running -= 1
+
+    async def next_gate(self) -> None:
+        """Lets the held read go and waits until the next gated one holds."""
+        self.started.clear()
+        self.go.set()
+        await self.started.wait()
+        self.go.clear()
 
 
 async def test_misses_while_a_read_runs_are_read_together_by_the_next(any_db: Database, user_id: int) -> None:
@@ -182,7 +198,7 @@ async def test_a_failed_read_leaves_its_waiters_to_read_for_themselves(
     any_db: Database, user_id: int
 ) -> None:
     await set_capture(any_db, user_id + 1, True)
-    gated = GatedReads(any_db, fail_first=True)
+    gated = GatedReads(any_db, failing=frozenset({1}))
     switch = CaptureSwitch(cast(Database, gated), ttl_s=60)
     first = asyncio.create_task(switch.enabled(user_id))
     await gated.started.wait()
@@ -195,6 +211,44 @@ async def test_a_failed_read_leaves_its_waiters_to_read_for_themselves(
     assert [await t for t in waiting] == [True, False]
     assert gated.reads == 2  # both waiters in one read
     assert switch.cached(user_id) is None  # the failed caller had its error, nobody reads for it
+
+
+async def test_the_waiters_of_a_failed_read_share_its_failure(any_db: Database, user_id: int) -> None:
+    """An outage costs the users a read took one wait, not one read each after it."""
+    gated = GatedReads(any_db, failing=frozenset({2}))
+    switch = CaptureSwitch(cast(Database, gated), ttl_s=60)
+    first = asyncio.create_task(switch.enabled(user_id))
+    await gated.started.wait()
+    waiting = [asyncio.create_task(switch.enabled(user_id + i)) for i in (1, 2, 3)]
+    await asyncio.sleep(0.05)
+    gated.go.set()
+
+    assert await first is False
+    for task in waiting:
+        with pytest.raises(ConnectionResetError, match="lookup 2"):
+            await task
+    assert gated.reads == 2
+    assert await switch.enabled(user_id + 1) is False  # the next miss reads again
+    assert gated.reads == 3
+
+
+async def test_a_cancelled_read_hands_its_users_to_the_next(any_db: Database, user_id: int) -> None:
+    gated = GatedReads(any_db, gated=frozenset({1, 2}))
+    switch = CaptureSwitch(cast(Database, gated), ttl_s=60)
+    first = asyncio.create_task(switch.enabled(user_id))
+    await gated.started.wait()
+    reader, *others = [asyncio.create_task(switch.enabled(user_id + i)) for i in (1, 2, 3)]
+    await asyncio.sleep(0.05)
+    await gated.next_gate()  # the first read done, the second (three users) held
+    reader.cancel()  # the task that runs the second read: a warm-up past its timeout
+    await asyncio.sleep(0.05)
+    gated.go.set()
+
+    assert await first is False
+    with pytest.raises(asyncio.CancelledError):
+        await reader
+    assert [await t for t in others] == [False, False]
+    assert gated.reads == 3  # the two left read together
 
 
 async def test_a_cancelled_lookup_leaves_the_others_answered(any_db: Database, user_id: int) -> None:
@@ -282,3 +336,18 @@ async def test_a_failed_warm_up_still_hands_over_the_decoded_batch(make_handler:
 
 def record(offset: int, value: bytes) -> ConsumerRecord[bytes, bytes]:
     return ConsumerRecord("t", 0, offset, 0, 0, b"1", value, None, 0, len(value), ())
+
+
+async def test_a_side_lookup_hung_on_the_server_ends_in_a_transient_timeout(
+    mysql_db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The switch's reads run one at a time: one that hangs must not hold up the rest for good."""
+    monkeypatch.setattr(database, "SIDE_LOOKUP_TIMEOUT_S", 0.5)
+    started = time.monotonic()
+    with pytest.raises(TimeoutError) as caught:
+        async with mysql_db.side_read() as uow:
+            await uow._statements.rows(SLOW, {"seconds": 3})
+    assert time.monotonic() - started < 2
+    assert is_transient(caught.value)
+    async with mysql_db.side_read() as uow:  # the reserved connection is back
+        assert await uow.accounts.capture_enabled_many([1]) == {1: False}

@@ -13,13 +13,15 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from service.adapters.db.account_repository import AccountRepository
 from service.adapters.db.driver_pool import DriverPool
-from service.adapters.db.engine import SchemaNotCurrent, revision_of
+from service.adapters.db.engine import POOL_TIMEOUT_S, SchemaNotCurrent, revision_of
 from service.adapters.db.memory_repository import MemoryRepository
 from service.adapters.db.prepared import DriverLink, Statements
 from service.core.clock import Clock, SystemClock
 
-# Lookups `side_read` runs at once, on connections the lookup pool keeps beyond `pool_size`.
+# Lookups `side_read` runs at once, on connections the lookup pool keeps beyond `pool_size`, and
+# how long one may take, its wait for the connection included.
 SIDE_LOOKUPS = 1
+SIDE_LOOKUP_TIMEOUT_S = POOL_TIMEOUT_S
 
 
 class UnitOfWork:
@@ -110,8 +112,9 @@ class Database:
     async def side_read(self) -> AsyncIterator[UnitOfWork]:
         """`prepared_read()` for lookups outside the extraction's slots (the capture switch), one at a
         time on the lookup pool's reserved connection: they neither wait for a slot's read nor make
-        one wait for its connection."""
-        async with self._side, self.prepared_read() as uow:
+        one wait for its connection. Bounded in time as a whole: a lookup hung on a stalled server
+        ends in a transient TimeoutError rather than holding up the lookups queued behind it."""
+        async with self._side, asyncio.timeout(SIDE_LOOKUP_TIMEOUT_S), self.prepared_read() as uow:
             yield uow
 
     @asynccontextmanager
