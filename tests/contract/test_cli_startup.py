@@ -30,17 +30,23 @@ print(",".join(sorted({name.split(".")[0] for name in sys.modules} & set(sys.arg
 """
 
 
-def test_dev_token_loads_no_heavy_library() -> None:
+def probe(code: str, names: set[str] | list[str], **env: str) -> str:
+    """What a child running `code` prints, given `names` as its argument."""
     made = subprocess.run(
-        [sys.executable, "-c", PROBE, ",".join(HEAVY)],
-        env={**os.environ, "MEMORY_JWT_SECRET": "startup-secret-startup-secret-0123456789"},
+        [sys.executable, "-c", code, ",".join(names)],
+        env={**os.environ, **env},
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
     assert made.returncode == 0, made.stderr
-    token, loaded = made.stdout.splitlines()
+    return made.stdout
+
+
+def test_dev_token_loads_no_heavy_library() -> None:
+    printed = probe(PROBE, HEAVY, MEMORY_JWT_SECRET="startup-secret-startup-secret-0123456789")
+    token, loaded = printed.splitlines()
     assert token.count(".") == 2
     assert loaded == "", f"dev-token imported {loaded}"
 
@@ -63,15 +69,7 @@ API_ONLY = ["fastapi", "service.app.memories", "service.entrypoints.http.api_app
 
 def test_a_bare_worker_builds_without_the_apis_libraries() -> None:
     """Its HTTP side is three ops routes: FastAPI and the API's modules would cost it 8 MiB."""
-    made = subprocess.run(
-        [sys.executable, "-c", WORKER_PROBE, ",".join(API_ONLY)],
-        env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert made.returncode == 0, made.stderr
-    app, loaded = made.stdout.split()[0], made.stdout.split()[1:]
+    printed = probe(WORKER_PROBE, API_ONLY, LITELLM_LOCAL_MODEL_COST_MAP="True").split()
+    app, loaded = printed[0], printed[1:]
     assert app == "Starlette"
     assert loaded == [], f"a bare worker imported {loaded}"

@@ -12,17 +12,16 @@ from tests.support.processes import MariaDbDatabase
 from tests.support.tokens import INTERNAL, SECRET, bearer, token
 
 
+def settings_over(mariadb: MariaDbDatabase, **extra: str) -> Settings:
+    return Settings(  # type: ignore[call-arg]
+        _env_file=None, database_url=mariadb.url, jwt_secret=SECRET, internal_token=INTERNAL, **extra
+    )
+
+
 @pytest.fixture(scope="session")
 async def http(mariadb: MariaDbDatabase) -> AsyncIterator[httpx.AsyncClient]:
     """The API app in this process over MariaDB, spoken to through HTTP semantics (ASGI transport)."""
-    settings = Settings(  # type: ignore[call-arg]
-        _env_file=None,
-        database_url=mariadb.url,
-        jwt_secret=SECRET,
-        internal_token=INTERNAL,
-        robot_project_keys="WEIXIN,FEISHU",
-    )
-    service = build_service(settings, Mode.API)
+    service = build_service(settings_over(mariadb, robot_project_keys="WEIXIN,FEISHU"), Mode.API)
     app = service.http
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api") as client:
         yield client

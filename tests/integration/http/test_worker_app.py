@@ -8,22 +8,16 @@ import httpx
 import pytest
 
 from service.bootstrap import build_service
-from service.config import Settings
 from service.entrypoints.process import Mode
+from tests.integration.http.conftest import settings_over
 from tests.support.processes import MariaDbDatabase
-from tests.support.tokens import INTERNAL, SECRET, bearer, token
+from tests.support.tokens import INTERNAL, bearer, token
 
 
 @pytest.fixture
 async def worker_http(mariadb: MariaDbDatabase) -> AsyncIterator[httpx.AsyncClient]:
-    settings = Settings(  # type: ignore[call-arg]
-        _env_file=None,
-        database_url=mariadb.url,
-        jwt_secret=SECRET,
-        internal_token=INTERNAL,
-        kafka_bootstrap="127.0.0.1:9",  # nothing listens: the broker check fails
-    )
-    service = build_service(settings, Mode.WORKER)
+    # Nothing listens on the broker's address: the broker check fails.
+    service = build_service(settings_over(mariadb, kafka_bootstrap="127.0.0.1:9"), Mode.WORKER)
     transport = httpx.ASGITransport(app=service.http)
     async with httpx.AsyncClient(transport=transport, base_url="http://worker") as client:
         yield client
