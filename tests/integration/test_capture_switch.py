@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -276,23 +277,15 @@ async def test_the_switch_gets_a_connection_while_every_extraction_slot_reads(
     db = Database(build_engine(mariadb.url, pool_size=2), build_engine(mariadb.url, 2, autocommit=True))
     try:
         switch = CaptureSwitch(db, ttl_s=60)
-        held = [db.prepared_read() for _ in range(2)]
-        for unit in held:
-            await unit.__aenter__()
-        try:
+        async with contextlib.AsyncExitStack() as held:
+            for _ in range(2):
+                await held.enter_async_context(db.prepared_read())  # every slot reading
             assert await asyncio.wait_for(switch.enabled(user_id), timeout=2) is False
-            paused = PausedReads(db)
-            blocked = CaptureSwitch(cast(Database, paused), ttl_s=60)
-            side = asyncio.create_task(blocked.enabled(user_id + 1))
-            await paused.read_done.wait()  # the side lookup holds its connection open
-            await held.pop().__aexit__(None, None, None)
-            async with asyncio.timeout(2), db.prepared_read() as uow:
-                assert await uow.accounts.capture_enabled_many([user_id]) == {user_id: False}
-            paused.release.set()
-            await side
-        finally:
-            for unit in held:
-                await unit.__aexit__(None, None, None)
+        async with contextlib.AsyncExitStack() as held:
+            await held.enter_async_context(db.side_read())  # the switch's lookup in flight
+            async with asyncio.timeout(2):
+                units = [await held.enter_async_context(db.prepared_read()) for _ in range(2)]
+            assert await units[-1].accounts.capture_enabled_many([user_id]) == {user_id: False}
     finally:
         await db.dispose()
 
