@@ -112,6 +112,7 @@ def build_llm(settings: Settings, metrics: Metrics) -> LlmClient:
         settings.llm_breaker_open_s,
         settings.llm_breaker_max_open_s,
         on_change=breaker_changed,
+        quiet_s=settings.llm_breaker_quiet_s,
     )
     return LlmClient(
         metrics,
@@ -153,9 +154,9 @@ def build_consumption(
         dead_letters,
         metrics,
         after_commit=consolidator.schedule,
-        model_successes=lambda: llm.successes,
-        model_failures=lambda: llm.failures,
+        model_answered_ago=llm.answered_ago,
         event_failures=settings.llm_event_failures,
+        event_failure_window_s=settings.llm_event_failure_window_s,
     )
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap.split(","),

@@ -78,9 +78,14 @@ class Settings(BaseSettings):
     llm_breaker_failures: int = Field(default=5, ge=1)
     llm_breaker_open_s: float = Field(default=10.0, gt=0)
     llm_breaker_max_open_s: float = Field(default=300.0, gt=0)
-    # An event whose own model calls failed this often while other events' calls succeeded goes to
-    # the dead-letter topic as `model_failed`; failures during an outage do not count.
+    # The breaker opens only when the model answered nothing for this long as well: a few poison
+    # events failing together while other calls are answered are not an outage.
+    llm_breaker_quiet_s: float = Field(default=10.0, ge=0)
+    # An event whose own model calls failed this often while the model answered other calls goes to
+    # the dead-letter topic as `model_failed` (core/failure_budget.py); outages do not count.
     llm_event_failures: int = Field(default=3, ge=1)
+    # "Answered other calls": within this many seconds of the failure (timeouts: overtaken instead).
+    llm_event_failure_window_s: float = Field(default=60.0, gt=0)
     # Reasoning models only (gpt-5*, the o-series): unset means the lowest effort the model takes.
     llm_reasoning_effort: str | None = None
     # Room for a reasoning model's hidden reasoning on top of the answer cap: the model spends it

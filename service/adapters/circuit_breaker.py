@@ -1,9 +1,11 @@
 """One circuit breaker for the process's model calls: an outage costs one probe, not one call per event.
 
 It opens when `threshold` different callers (events, consolidation runs) have failed with no success
-in between: a real outage fails every caller, while one event the model always fails on stays one
-caller however often it is retried. While it is open no call goes out: callers that can wait
-(extractions) wait, the others are told at once (consolidation). After `open_s` one probe goes
+in between, and nothing was answered for `quiet_s` either: a real outage fails every caller and
+answers none, while events the model always fails on stay a handful of callers, however often they
+are retried and however closely their failures fall together, as long as other calls are answered.
+While it is open no call goes out: callers that can wait (extractions) wait, the others are told at
+once (consolidation). After `open_s` one probe goes
 through; its success closes the breaker, its failure opens it again for twice as long (up to
 `max_open_s`).
 
@@ -48,6 +50,7 @@ class CircuitBreaker:
         max_open_s: float,
         on_change: Callable[[BreakerState], None] = lambda _: None,
         monotonic: Callable[[], float] = time.monotonic,
+        quiet_s: float = 0.0,
     ) -> None:
         self._threshold = threshold
         self._base_open_s = open_s
@@ -59,6 +62,8 @@ class CircuitBreaker:
         self._period = 0  # advances whenever the breaker opens or closes
         self._failing: set[Hashable] = set()  # callers failed since the last success
         self._opened_at = 0.0
+        self._quiet_s = quiet_s
+        self._answered_at = monotonic()  # the last success of any call (start-up counts as one)
         self._probe: Ticket | None = None
         self._changed = asyncio.Condition()
 
@@ -89,6 +94,7 @@ class CircuitBreaker:
 
     def succeeded(self, ticket: Ticket) -> None:
         """The provider answered (a rejected answer is still an answer)."""
+        self._answered_at = self._monotonic()
         if ticket is self._probe:
             self._probe = None
             self._open_s = self._base_open_s
@@ -105,7 +111,8 @@ class CircuitBreaker:
             self._open()
         elif self._current(ticket):
             self._failing.add(object() if caller is None else caller)
-            if len(self._failing) >= self._threshold:
+            quiet = self._monotonic() - self._answered_at >= self._quiet_s
+            if len(self._failing) >= self._threshold and quiet:
                 self._open()
 
     def abandoned(self, ticket: Ticket) -> None:

@@ -150,7 +150,9 @@ class LlmClient:
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
         self._successes = 0
-        self._failures = 0
+        self._attempts = 0  # requests sent, numbered in the order they went out
+        self._latest_answered = -1  # the number of the latest-sent request that was answered
+        self._answered_at: float | None = None  # monotonic time of the last answer
         # Per status: the callers rejected with it since the last answer (a revoked key, a retired
         # model, a model still being pulled reject every caller alike).
         self._rejecting: dict[int | None, set[Hashable]] = {}
@@ -173,11 +175,9 @@ class LlmClient:
         each event look like the only one failing."""
         return self._successes
 
-    @property
-    def failures(self) -> int:
-        """Calls that ended without an answer and were not rejected, every caller's, since start:
-        an event's failure says little about the event while other callers fail too."""
-        return self._failures
+    def answered_ago(self) -> float | None:
+        """Seconds since the model last answered a call; None before the first answer."""
+        return None if self._answered_at is None else time.monotonic() - self._answered_at
 
     async def stop(self) -> None:
         """Close the shared HTTP session (at shutdown)."""
@@ -224,7 +224,6 @@ class LlmClient:
         except LlmError as exc:
             error = self._systemic(exc, caller)
             if error.retryable:
-                self._failures += 1
                 self._breaker.failed(ticket, caller)
             else:
                 self._breaker.succeeded(ticket)  # the provider answered; the request was wrong
@@ -304,15 +303,22 @@ class LlmClient:
         else the next wait of `_retry_backoff`; any other failure, and the last one, is raised."""
         waits, retries = self._retry_backoff.delays(random.random), 0
         while True:
+            sent = self._attempts
+            self._attempts += 1
             try:
-                return await self._once(call, mode)
+                answer = await self._once(call, mode)
             except Exception as exc:
                 error = exc if isinstance(exc, LlmError) else classify(exc)
+                error.overtaken = self._latest_answered > sent
                 if error.failure is not FailureClass.OUTAGE or retries >= self._max_retries:
                     self._metrics.llm_calls.labels(call.purpose, error.kind).inc()
                     if error is exc:
                         raise
                     raise error from exc
+            else:
+                self._latest_answered = max(self._latest_answered, sent)
+                self._answered_at = time.monotonic()
+                return answer
             self._metrics.llm_retries.labels(call.purpose).inc()
             # A wait is taken on every retry: the n-th one's is base × 2^n, after a Retry-After too.
             delay = next(waits)

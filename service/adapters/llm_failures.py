@@ -65,6 +65,9 @@ class LlmError(Exception):
         self.failure = failure
         self.status = status
         self.retry_after = retry_after
+        # Set by the client on a failure: a call that started later was answered while this one
+        # was out (`failure_budget`).
+        self.overtaken = False
 
     @property
     def retryable(self) -> bool:

@@ -47,10 +47,13 @@ class ModelUnavailable(Exception):
     label (timeout, error, …), the error of a `model_failed` dead letter; `failure` its class
     (an OUTAGE never counts against the event)."""
 
-    def __init__(self, kind: str, detail: str, failure: FailureClass = FailureClass.EVENT) -> None:
+    def __init__(
+        self, kind: str, detail: str, failure: FailureClass = FailureClass.EVENT, overtaken: bool = False
+    ) -> None:
         super().__init__(f"{kind}: {detail}")
         self.kind = kind
         self.failure = failure
+        self.overtaken = overtaken  # a later call was answered while this one was out
 
 
 class ModelRejected(Exception):
@@ -199,7 +202,7 @@ class ExtractionHandler:
         except LlmError as exc:
             log.warning("extraction_llm_failed", event_id=event.event_id, kind=exc.kind, error=exc.detail)
             if exc.retryable:
-                raise ModelUnavailable(exc.kind, exc.detail, exc.failure) from exc
+                raise ModelUnavailable(exc.kind, exc.detail, exc.failure, exc.overtaken) from exc
             raise ModelRejected(exc.detail) from exc
 
         usable, result = _read_answer(answer)

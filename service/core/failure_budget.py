@@ -2,13 +2,16 @@
 
 A failure counts against the event only when it is of the event's own kind (a timeout, 408/409/425,
 an unusable answer; never a 429, a 5xx or a lost connection, which say the provider is short of
-capacity), when the model answered some other call since the event's previous failure (or since
-its first try), and when no other call failed in that time. Then the model is up and this event is
-what it cannot answer (a prompt it always times out on, an answer it always breaks). During an
-outage, and under saturation, where some calls are answered while others queue into timeouts or
-are throttled, other calls fail too: nothing counts, and every event waits for the model instead
-of going to the dead-letter topic. Without other traffic an event is retried until some other call
-succeeds.
+capacity) and the model was seen answering other calls at the time:
+- a timeout counts when a call that started after it was answered before it gave up: it was
+  overtaken, so the provider was answering and this prompt was the slow one. A provider that
+  queues, as a saturated single-slot server does, answers in order, so a call that times out in
+  its queue is never overtaken and never counts;
+- any other failure counts when the model answered some call within the last `window_s`.
+
+Nothing compares one event's failures with another's, so any number of poison events failing
+together each use their own budget. During an outage nothing is answered, nothing counts, and
+every event waits for the model instead of going to the dead-letter topic.
 """
 
 from __future__ import annotations
@@ -16,18 +19,32 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """One failed call of an event, with what the model was seen doing meanwhile."""
+
+    outage: bool  # of the provider's kind (429, 5xx, a lost connection, the breaker open)
+    timed_out: bool
+    overtaken: bool  # a call that started after this one was answered while it was out
+    answered_ago_s: float | None  # since the model last answered any call; None: not yet
+
+
+def counts_against_event(failure: Failure, window_s: float) -> bool:
+    if failure.outage:
+        return False
+    if failure.timed_out:
+        return failure.overtaken
+    return failure.answered_ago_s is not None and failure.answered_ago_s <= window_s
+
+
 @dataclass(slots=True)
 class FailureBudget:
     limit: int
-    successes_seen: int  # the model's answered calls when the event started or last failed
-    failures_seen: int = 0  # the model's failed calls (every caller's) at that time
+    window_s: float
     counted: int = 0
 
-    def failed(self, successes_now: int, failures_now: int, outage: bool = False) -> bool:
-        """Record one failed call of the event (`failures_now` includes it); True when the event
-        has used its budget. `outage`: the failure is of the provider's kind, never counted."""
-        alone = failures_now - self.failures_seen <= 1
-        if not outage and alone and successes_now > self.successes_seen:
+    def failed(self, failure: Failure) -> bool:
+        """Record one failed call of the event; True when the event has used its budget."""
+        if counts_against_event(failure, self.window_s):
             self.counted += 1
-        self.successes_seen, self.failures_seen = successes_now, failures_now
         return self.counted >= self.limit

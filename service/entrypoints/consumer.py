@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -33,7 +34,7 @@ from service.adapters.metrics import Metrics
 from service.app.extraction import Extracted, ExtractionHandler, ModelRejected, ModelUnavailable
 from service.core.backoff import Backoff
 from service.core.events import TaskFinishedEvent, Undecodable, decode_event
-from service.core.failure_budget import FailureBudget
+from service.core.failure_budget import Failure, FailureBudget
 from service.core.labels import DeadLetterReason, ProcessingPath
 from service.core.outcomes import Outcome
 
@@ -42,8 +43,9 @@ log = structlog.get_logger(__name__)
 MAX_EVENT_BYTES = 1024 * 1024
 MAX_BUG_ATTEMPTS = 3
 MAX_BACKOFF_S = 30.0
-# An outage is waited out without end (offsets stay put): 0.5 s, doubling, at most MAX_BACKOFF_S apart.
-OUTAGE_BACKOFF = Backoff(0.5, cap=MAX_BACKOFF_S)
+# An outage is waited out without end (offsets stay put): 0.5 s, doubling, at most MAX_BACKOFF_S apart,
+# each wait times a factor in [0.5, 1.5) so that events failing together do not retry together.
+OUTAGE_BACKOFF = Backoff(0.5, cap=MAX_BACKOFF_S, jitter=1.0)
 # The poll loop waits for the batch's cache warm-up at most this long; the slow path covers the rest.
 WARM_TIMEOUT_S = 1.0
 
@@ -91,17 +93,17 @@ class EventProcessor:
         dead_letters: DeadLetterPublisher,
         metrics: Metrics,
         after_commit: AfterCommit | None = None,
-        model_successes: Callable[[], int] = lambda: 0,
-        model_failures: Callable[[], int] = lambda: 0,
+        model_answered_ago: Callable[[], float | None] = lambda: None,
         event_failures: int = 3,
+        event_failure_window_s: float = 60.0,
     ) -> None:
         self._handler = handler
         self._dead_letters = dead_letters
         self._metrics = metrics
         self._after_commit = after_commit
-        self._model_successes = model_successes
-        self._model_failures = model_failures
+        self._model_answered_ago = model_answered_ago
         self._event_failures = event_failures
+        self._event_failure_window_s = event_failure_window_s
         # Bound once: resolving a label per event costs the skip path more than counting does.
         self._outcomes = {outcome: metrics.events.labels(outcome.value) for outcome in Outcome}
         self._debug = logging.getLogger().isEnabledFor(logging.DEBUG)  # skips are too many to log otherwise
@@ -189,9 +191,9 @@ class EventProcessor:
         """A database or model outage is waited out (offsets stay put); a request the model rejects
         goes to the DLQ at once; an event the model keeps failing on while it answers other events, and
         a bug, get a bounded number of tries, then the DLQ."""
-        waits, bug_attempts = OUTAGE_BACKOFF.delays(), 0
+        waits, bug_attempts = OUTAGE_BACKOFF.delays(random.random), 0
         delay = next(waits)
-        budget = FailureBudget(self._event_failures, self._model_successes(), self._model_failures())
+        budget = FailureBudget(self._event_failures, self._event_failure_window_s)
         while True:
             try:
                 return await self._handler.handle(event)
@@ -201,8 +203,13 @@ class EventProcessor:
                 await self._dead_letter(record, DeadLetterReason.MODEL_REJECTED, str(exc), event)
                 return Outcome.DEAD_LETTERED, None
             except ModelUnavailable as exc:
-                outage = exc.failure is FailureClass.OUTAGE
-                if budget.failed(self._model_successes(), self._model_failures(), outage):
+                failure = Failure(
+                    outage=exc.failure is FailureClass.OUTAGE,
+                    timed_out=exc.kind == "timeout",
+                    overtaken=exc.overtaken,
+                    answered_ago_s=self._model_answered_ago(),
+                )
+                if budget.failed(failure):
                     await self._dead_letter(record, DeadLetterReason.MODEL_FAILED, exc.kind, event)
                     return Outcome.DEAD_LETTERED, None
                 # The circuit breaker holds further calls while an outage lasts; this only spaces
@@ -292,7 +299,7 @@ class EventProcessor:
     ) -> BaseException | None:
         """None once published; a refusal for good is returned; anything else is retried, without end
         (the record's offset waits for it), on OUTAGE_BACKOFF."""
-        waits = OUTAGE_BACKOFF.delays()
+        waits = OUTAGE_BACKOFF.delays(random.random)
         while True:
             try:
                 await self._dead_letters.publish(value, key, headers)

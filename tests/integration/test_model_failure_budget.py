@@ -1,7 +1,8 @@
 """An event the model always fails on goes to the DLQ as `model_failed`; an outage sends nothing there.
 
-The real processor, handler and litellm client against the scripted model: one session's prompt
-always times out while other sessions are answered, or every call fails.
+The real processor, handler and litellm client against the scripted model: sessions whose prompt
+always times out or gets an unusable answer while other sessions are answered, alone or many at
+once, or every call fails.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def received(record: ConsumerRecord[bytes, bytes]) -> Received:
 @pytest.fixture
 async def client(llm_server: ScriptedLlm) -> AsyncIterator[tuple[LlmClient, CircuitBreaker]]:
     metrics = Metrics()
-    breaker = CircuitBreaker(threshold=3, open_s=0.2, max_open_s=1)
+    breaker = CircuitBreaker(threshold=3, open_s=0.2, max_open_s=1, quiet_s=1.0)
     llm = LlmClient(
         metrics, llm_server.api_base, "k", timeout_s=0.3, max_retries=1, retry_base_s=0.01, breaker=breaker
     )
@@ -57,8 +58,7 @@ def processor_of(
         make_handler(db, llm=llm),
         dead,  # type: ignore[arg-type]
         metrics,
-        model_successes=lambda: llm.successes,
-        model_failures=lambda: llm.failures,
+        model_answered_ago=llm.answered_ago,
         event_failures=3,
     )
 
@@ -212,3 +212,62 @@ async def test_a_revoked_key_holds_events_behind_the_breaker_instead_of_dead_let
     assert dead.reasons() == ["model_rejected"] * (breaker.threshold - 1)
     assert len(waiting) == len(events) - (breaker.threshold - 1)
     assert breaker.state is not BreakerState.CLOSED
+
+
+NO_CHOICES = b'{"id": "x", "object": "chat.completion", "choices": []}'
+
+
+@pytest.mark.parametrize("poisons", [2, 6, 50])
+async def test_poison_events_failing_together_are_each_dead_lettered_while_healthy_events_flow(
+    mysql_db: Database,
+    make_handler: HandlerFactory,
+    llm: ScriptedLlm,
+    client: tuple[LlmClient, CircuitBreaker],
+    user_id: int,
+    poisons: int,
+) -> None:
+    """Poisons published together, half timing out and half answered without choices, among a
+    healthy event every 50 ms: each ends in the DLQ within seconds, the breaker never opens, and no
+    healthy event waits behind them."""
+    model, breaker = client
+    opened: list[BreakerState] = []
+    breaker._on_change = opened.append
+    users = [user_id + 1 + n for n in range(poisons)]
+    for user in [user_id, *users]:
+        await set_capture(mysql_db, user)
+    llm.script(f"ok{user_id}", [{"type": "user", "content": "其他会话照常记住"}])
+    for n, user in enumerate(users):
+        if n % 2:
+            llm.script(f"bad{user}", raw_body=NO_CHOICES)
+        else:
+            llm.script(f"bad{user}", delay_s=2.0)  # beyond the 0.3 s timeout, every time
+    dead, metrics = RecordingDeadLetters(), Metrics()
+    processor = processor_of(mysql_db, make_handler, model, dead, metrics)
+    healthy_s: list[float] = []
+
+    async def healthy_stream() -> None:
+        for n in range(10_000):
+            payload = event_payload(user_id, 100_000 + n, lastUserMessage=said(f"ok{user_id}"))
+            started = time.monotonic()
+            await processor(received(record(payload, 100_000 + n)))
+            healthy_s.append(time.monotonic() - started)
+            await asyncio.sleep(0.05)
+
+    stream = asyncio.create_task(healthy_stream())
+    await asyncio.sleep(0.2)
+    started = time.monotonic()
+    events = [event_payload(user, 1, lastUserMessage=said(f"bad{user}")) for user in users]
+    await asyncio.wait_for(
+        asyncio.gather(*(processor(received(record(e, n))) for n, e in enumerate(events))), timeout=60
+    )
+    took = time.monotonic() - started
+    stream.cancel()
+    await asyncio.gather(stream, return_exceptions=True)
+
+    assert dead.reasons() == ["model_failed"] * poisons
+    assert sorted(dict(h)["x-dlq-error"] for _v, _k, h in dead.published) == sorted(
+        [b"timeout"] * ((poisons + 1) // 2) + [b"error"] * (poisons // 2)
+    )
+    assert took < 20, took  # three tries each, 0.5 s and 1 s apart (jittered), and a 0.3 s timeout
+    assert BreakerState.OPEN not in opened
+    assert len(healthy_s) > 10 and max(healthy_s) < 1.0, max(healthy_s)

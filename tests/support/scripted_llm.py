@@ -65,6 +65,27 @@ class Request:
         return prompt_data(str(self.messages[-1]["content"]))
 
 
+class _FifoSlot:
+    """One request at a time, granted in arrival order, as llama.cpp's server queues its tasks
+    (`threading.Lock` grants in no particular order)."""
+
+    def __init__(self) -> None:
+        self._turn = threading.Condition()
+        self._issued = 0
+        self._serving = 0
+
+    def __enter__(self) -> None:
+        with self._turn:
+            ticket = self._issued
+            self._issued += 1
+            self._turn.wait_for(lambda: self._serving == ticket)
+
+    def __exit__(self, *_exc: object) -> None:
+        with self._turn:
+            self._serving += 1
+            self._turn.notify_all()
+
+
 class ScriptedLlm:
     def __init__(self, record: bool = True, port: int = 0) -> None:
         self._lock = threading.Lock()
@@ -74,7 +95,7 @@ class ScriptedLlm:
         self.default_delay_s = 0.0
         # One request at a time, the others queued (a local server with one slot, llama.cpp's default).
         self.single_slot = False
-        self._slot = threading.Lock()
+        self._slot = _FifoSlot()
         # Answers requests no rule matches: a function of the request, for streams of many events.
         self.responder: Callable[[Request], str | None] | None = None
         self._server = _Server(("127.0.0.1", port), self._handler_class())

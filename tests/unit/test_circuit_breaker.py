@@ -124,3 +124,42 @@ async def test_an_abandoned_probe_frees_the_slot_without_a_verdict(clock: Clock)
     assert again.probe
     b.succeeded(again)
     assert b.state is BreakerState.CLOSED
+
+
+def quiet_breaker(clock: Clock, quiet_s: float = 5.0) -> CircuitBreaker:
+    return CircuitBreaker(threshold=3, open_s=10, max_open_s=300, monotonic=clock, quiet_s=quiet_s)
+
+
+async def test_poison_callers_failing_together_while_others_are_answered_never_open_it(clock: Clock) -> None:
+    """Six events the model always fails on, their failures in one burst every retry, while other
+    calls are answered every second: not an outage."""
+    b = quiet_breaker(clock)
+    for _ in range(30):
+        for caller in range(6):
+            b.failed(await admitted(b), f"poison-{caller}")
+        clock.now += 1
+        b.succeeded(await admitted(b))
+    assert b.state is BreakerState.CLOSED
+
+
+async def test_callers_failing_with_nothing_answered_for_the_quiet_time_open_it(clock: Clock) -> None:
+    b = quiet_breaker(clock)
+    for caller in "abc":
+        b.failed(await admitted(b), caller)
+    assert b.state is BreakerState.CLOSED  # three callers, but an answer 0 s ago
+    clock.now += 4.9
+    b.failed(await admitted(b), "d")
+    assert b.state is BreakerState.CLOSED
+    clock.now += 0.1
+    b.failed(await admitted(b), "e")
+    assert b.state is BreakerState.OPEN
+
+
+async def test_a_late_answer_of_an_old_call_still_counts_as_the_model_answering(clock: Clock) -> None:
+    b = quiet_breaker(clock)
+    late = await admitted(b)
+    clock.now += 20
+    b.succeeded(late)
+    for caller in "abc":
+        b.failed(await admitted(b), caller)
+    assert b.state is BreakerState.CLOSED

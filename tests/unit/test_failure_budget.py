@@ -1,53 +1,74 @@
-"""The per-event failure budget: failures of the event's own kind count only while the model answers
-other calls and no other call fails."""
+"""The per-event failure budget: a failure of the event's own kind counts while the model is seen
+answering other calls, whatever other events do."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from service.core.failure_budget import FailureBudget
+from service.core.failure_budget import Failure, FailureBudget, counts_against_event
+
+WINDOW = 60.0
 
 
-def test_failures_while_other_calls_succeed_use_the_budget() -> None:
-    budget = FailureBudget(limit=3, successes_seen=10, failures_seen=0)
-    assert [budget.failed(s, f) for s, f in ((12, 1), (13, 2), (20, 3))] == [False, False, True]
+def error(answered_ago_s: float | None = 1.0) -> Failure:
+    return Failure(outage=False, timed_out=False, overtaken=False, answered_ago_s=answered_ago_s)
 
 
-def test_failures_during_an_outage_never_count() -> None:
-    budget = FailureBudget(limit=3, successes_seen=10)
-    assert not any(budget.failed(10, n) for n in range(1, 1000))
+def timeout(overtaken: bool) -> Failure:
+    return Failure(outage=False, timed_out=True, overtaken=overtaken, answered_ago_s=0.1)
+
+
+def test_failures_while_the_model_answers_use_the_budget() -> None:
+    budget = FailureBudget(limit=3, window_s=WINDOW)
+    assert [budget.failed(error()) for _ in range(3)] == [False, False, True]
+
+
+def test_failures_with_no_answer_in_the_window_never_count() -> None:
+    budget = FailureBudget(limit=1, window_s=WINDOW)
+    assert not any(budget.failed(error(ago)) for ago in (None, 60.5, 3600.0))
     assert budget.counted == 0
 
 
 def test_an_outage_in_between_neither_counts_nor_resets_what_was_counted() -> None:
-    budget = FailureBudget(limit=2, successes_seen=0)
-    assert not budget.failed(1, 1)  # counted: another event was answered meanwhile
-    assert not budget.failed(1, 2) and not budget.failed(1, 3)  # the outage: nothing answers
-    assert budget.failed(2, 4)
+    budget = FailureBudget(limit=2, window_s=WINDOW)
+    assert not budget.failed(error(1.0))
+    assert not budget.failed(error(None)) and not budget.failed(error(90.0))
+    assert budget.failed(error(2.0))
 
 
 def test_outage_class_failures_never_count_even_while_others_are_answered() -> None:
-    budget = FailureBudget(limit=1, successes_seen=0)
-    assert not any(budget.failed(n, n, outage=True) for n in range(1, 100))  # 429s, 5xx under load
+    outage = Failure(outage=True, timed_out=False, overtaken=True, answered_ago_s=0.0)
+    budget = FailureBudget(limit=1, window_s=WINDOW)
+    assert not any(budget.failed(outage) for _ in range(100))
 
 
-def test_failures_shared_with_other_callers_do_not_count() -> None:
-    # A saturated provider: some calls are answered, others (this one among them) time out.
-    budget = FailureBudget(limit=1, successes_seen=0)
-    assert not any(budget.failed(2 * n, 3 * n) for n in range(1, 100))
-    assert budget.failed(199, 298)  # this window's only failure is the event's own
+def test_a_timeout_counts_only_when_a_later_call_was_answered_first() -> None:
+    """A queue that answers in order never overtakes: a saturated server's timeouts never count."""
+    budget = FailureBudget(limit=2, window_s=WINDOW)
+    assert not any(budget.failed(timeout(overtaken=False)) for _ in range(50))
+    assert not budget.failed(timeout(overtaken=True))
+    assert budget.failed(timeout(overtaken=True))
 
 
-@given(
-    st.lists(st.tuples(st.integers(0, 3), st.integers(0, 2), st.booleans()), max_size=60), st.integers(1, 5)
+failures = st.builds(
+    Failure,
+    outage=st.booleans(),
+    timed_out=st.booleans(),
+    overtaken=st.booleans(),
+    answered_ago_s=st.none() | st.floats(0, 200, allow_nan=False),
 )
-def test_the_budget_ends_exactly_at_the_limit_th_failure_of_its_own_kind_alone_that_saw_a_success(
-    steps: list[tuple[int, int, bool]], limit: int
-) -> None:
-    budget, successes, failures, counted = FailureBudget(limit, 0), 0, 0, 0
-    for gain, others, outage in steps:
-        successes += gain
-        failures += others + 1
-        counted += gain > 0 and others == 0 and not outage
-        assert budget.failed(successes, failures, outage) is (counted >= limit)
+
+
+@given(st.lists(failures, max_size=60), st.integers(1, 5))
+def test_the_budget_ends_at_the_limit_th_failure_that_counts(steps: list[Failure], limit: int) -> None:
+    budget, counted = FailureBudget(limit, WINDOW), 0
+    for failure in steps:
+        own = not failure.outage and (
+            failure.overtaken
+            if failure.timed_out
+            else failure.answered_ago_s is not None and failure.answered_ago_s <= WINDOW
+        )
+        counted += own
+        assert counts_against_event(failure, WINDOW) is own
+        assert budget.failed(failure) is (counted >= limit)
