@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -15,7 +16,9 @@ from service.adapters.db.extraction_reads import ExtractionInputs
 from service.adapters.metrics import Metrics
 from service.app.caches import CaptureSwitch, ProjectRecorder
 from service.app.ports import AnswerShape, FailureClass, Llm, LlmAnswer, LlmError, StructuredOutput
+from service.app.user_turns import UserTurns
 from service.config import Settings
+from service.core.backoff import Backoff
 from service.core.budget import ExtractionBudget
 from service.core.comparison_set import ComparisonSet
 from service.core.events import TaskFinishedEvent
@@ -39,6 +42,9 @@ from service.core.pool_read import pool_query
 from service.core.records import HistoryAction, HistoryActor, HistoryEntry
 
 log = structlog.get_logger(__name__)
+
+# A write the database refused for a while is tried again 0.5 s, doubling, at most 30 s apart.
+WRITE_BACKOFF = Backoff(0.5, cap=30.0, jitter=1.0)
 
 
 class ModelUnavailable(Exception):
@@ -111,6 +117,7 @@ class ExtractionHandler:
         self._slots = slots
         self._shape = AnswerShape("memories", ANSWER_SCHEMA, settings.llm_max_tokens)
         self._budget = ExtractionBudget(settings.extractions_per_user_per_day)
+        self._turns = UserTurns()
 
     async def warm(self, user_ids: Iterable[int]) -> None:
         """Read the capture switch of a fetched batch's users at once: the skip path's only lookup."""
@@ -209,7 +216,7 @@ class ExtractionHandler:
         self._metrics.llm_calls.labels(LlmPurpose.EXTRACTION, result).inc()
         if usable is None:
             log.info("extraction_answer_dropped", event_id=event.event_id, reason=result)
-        plan = await self._persist(event, project_key, model, existing, usable)
+        plan = await self._persist_until_written(event, project_key, model, existing, usable)
         if plan is None:
             return Outcome.SKIPPED_DUPLICATE_EVENT, None, False
         if usable is None:
@@ -237,6 +244,31 @@ class ExtractionHandler:
             recent = await uow.accounts.extractions_since(event.user_id, since)
         return ExtractionInputs(processed, configured, recent, [], [])
 
+    async def _persist_until_written(
+        self,
+        event: TaskFinishedEvent,
+        project_key: str | None,
+        model: str,
+        existing: ComparisonSet,
+        answer: ParsedAnswer | None,
+    ) -> Plan | None:
+        """`_persist`, tried again while the database is out (a failover, a read-only server): the
+        model's answer is kept, so a database outage costs no model call, however long it lasts.
+        The event's offset waits meanwhile, as it would for any outage."""
+        waits = WRITE_BACKOFF.delays(random.random)
+        while True:
+            try:
+                return await self._persist(event, project_key, model, existing, answer)
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                delay = next(waits)
+                self._metrics.db_retries.inc()
+                log.warning(
+                    "extraction_write_retry", event_id=event.event_id, error=type(exc).__name__, delay=delay
+                )
+            await asyncio.sleep(delay)
+
     async def _persist(
         self,
         event: TaskFinishedEvent,
@@ -248,7 +280,11 @@ class ExtractionHandler:
         """Ledger row and memory writes in one transaction under the user's lock; None if already done.
         `answer` None: the model answered something unusable; the event is finished without memory."""
         outcome = Outcome.EXTRACTED if answer is not None else Outcome.FAILED
-        async with self._slots.database, self._db.prepared_locked_user(event.user_id) as uow:
+        async with (
+            self._turns.turn(event.user_id),
+            self._slots.database,
+            self._db.prepared_locked_user(event.user_id) as uow,
+        ):
             now = self._db.now()
             if not await uow.accounts.mark_processed(
                 event.event_id, event.user_id, event.session_id, outcome.value, now
