@@ -62,6 +62,15 @@ MODE_RETRY_CALLS = 100
 # Room for a reasoning model's hidden reasoning on top of the answer cap (`MEMORY_LLM_REASONING_TOKENS`).
 DEFAULT_REASONING_TOKENS = 4096
 
+# An answer's body, decompressed, is read up to 64 KiB plus 32 bytes per token it may hold (a token
+# is at most ~4 characters, each at most 6 bytes escaped in JSON, with room for the envelope and a
+# reasoning model's reasoning text): 224 KiB for an extraction. Anything longer is no answer of
+# ours, compressed or not (a gateway's gzip bomb), and is never held whole.
+ANSWER_BASE_BYTES = 64 * 1024
+ANSWER_BYTES_PER_TOKEN = 32
+# Of an error answer only this much is read: its start names the error.
+ERROR_BODY_BYTES = 4096
+
 
 @dataclass(frozen=True, slots=True)
 class LlmAnswer:
@@ -372,11 +381,17 @@ class LlmClient:
         template = self._templates[shape]
         body = endpoint.body(call.messages, params) if template is None else template.body(call.messages)
         async with self._http().post(endpoint.url, data=body, headers=endpoint.headers) as response:
-            raw = await response.read()
             if not 200 <= response.status < 300:
+                start, _whole = await _read_at_most(response.content, ERROR_BODY_BYTES)
                 raise ProviderHttpError(
-                    response.status, raw[:1000].decode("utf-8", "replace"), response.headers
+                    response.status, start[:1000].decode("utf-8", "replace"), response.headers
                 )
+            limit = ANSWER_BASE_BYTES + ANSWER_BYTES_PER_TOKEN * (
+                call.shape.max_tokens + self._reasoning_tokens
+            )
+            raw, whole = await _read_at_most(response.content, limit)
+            if not whole:
+                raise LlmError("oversize", f"the answer's body is over {limit} bytes", FailureClass.EVENT)
         return read_completion(raw)
 
     def _http(self) -> aiohttp.ClientSession:
@@ -432,3 +447,16 @@ class LlmClient:
             except Exception:
                 self._prices[model] = None
         return self._prices[model]
+
+
+async def _read_at_most(stream: aiohttp.StreamReader, limit: int) -> tuple[bytes, bool]:
+    """Up to `limit` bytes of a body as it arrives, decompressed, and whether that was all of it.
+    aiohttp inflates as the body is read, so stopping here stops the inflation too."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in stream.iter_chunked(64 * 1024):
+        chunks.append(chunk[: limit - size])
+        size += len(chunk)
+        if size > limit:
+            return b"".join(chunks), False
+    return b"".join(chunks), True
