@@ -171,6 +171,13 @@ class Metrics:
         self.ready = Gauge(
             f"{PREFIX}_ready", "1 when every dependency answered the last readiness check", registry=r
         )
+        self.log_resets = Counter(
+            f"{PREFIX}_consumer_log_resets_total",
+            "Times a partition's log ended below this consumer's position (a topic deleted and"
+            " created again, a truncated log) and the consumer went back to its start",
+            ["partition"],
+            registry=r,
+        )
         self.committed_offset = Gauge(
             f"{PREFIX}_committed_offset", "Last committed offset", ["partition"], registry=r
         )

@@ -120,6 +120,9 @@ class KeyOrderedRunner(Generic[Item]):
         self._ahead_bytes = 0
         self._polled_at = time.monotonic()  # the last call of `getmany`
         self.alive = False
+        # Partitions read again from the start after their log ended below the position, with the
+        # log end to reach: readiness reports them until their commits get there.
+        self.catching_up: dict[TopicPartition, int] = {}
 
     async def run(self, stop: asyncio.Event) -> None:
         """Consume until `stop` is set. Any other end is an error that escapes: the caller must not
@@ -131,7 +134,8 @@ class KeyOrderedRunner(Generic[Item]):
         try:
             while not stop.is_set():
                 await self._poll_once()
-                await self._commit(force=False)
+                if await self._commit(force=False):
+                    await self._watch_log_ends()
         finally:
             self.alive = False
             await self._drain_all()
@@ -301,10 +305,11 @@ class KeyOrderedRunner(Generic[Item]):
             self._consumer.resume(*self._consumer.paused())
             self._paused = False
 
-    async def _commit(self, force: bool, only: set[TopicPartition] | None = None) -> None:
+    async def _commit(self, force: bool, only: set[TopicPartition] | None = None) -> bool:
+        """Commit what is done, at most once per commit interval unless forced; True when it ran."""
         now = time.monotonic()
         if not force and now - self._last_commit < self._commit_interval_s:
-            return
+            return False
         self._last_commit = now
         offsets: dict[TopicPartition, OffsetAndMetadata] = {}
         for tp, tracker in self._offsets.items():
@@ -319,11 +324,42 @@ class KeyOrderedRunner(Generic[Item]):
             except KafkaError as exc:
                 # The records stay uncommitted and come back after the rebalance; the ledger dedups them.
                 log.warning("kafka_commit_failed", error=str(exc))
-                return
+                return True
             for tp, meta in offsets.items():
                 self._committed[tp] = meta.offset
                 self._metrics.committed_offset.labels(str(tp.partition)).set(meta.offset)
         self._update_lag()
+        return True
+
+    async def _watch_log_ends(self) -> None:
+        """A partition whose log ends below where this consumer stands was deleted and created
+        again, or truncated. Brokers answer a fetch beyond the end with nothing (Tansu) or an
+        out-of-range error that the reset policy settles quietly (Kafka), and aiokafka keeps its
+        position either way, so the new log's records up to the old position would be skipped in
+        silence. The partition is read again from its start instead, as a new group would read it."""
+        for tp in self._consumer.assignment():
+            end = self._consumer.highwater(tp)
+            if end is None:
+                continue
+            stands = max(await self._consumer.position(tp), self._committed.get(tp, 0))
+            if stands > end:
+                await self._restart_partition(tp, stands, end)
+            elif tp in self.catching_up and self._committed.get(tp, -1) >= self.catching_up[tp]:
+                del self.catching_up[tp]
+                log.info("partition_log_caught_up", partition=tp.partition, offset=self._committed[tp])
+
+    async def _restart_partition(self, tp: TopicPartition, stood: int, end: int) -> None:
+        log.warning(
+            "partition_log_reset", topic=tp.topic, partition=tp.partition, position=stood, log_end=end
+        )
+        self._metrics.log_resets.labels(str(tp.partition)).inc()
+        # Whatever of the old log is still in flight finishes (or is abandoned) first; the tracking
+        # of offsets starts again, so that commits below the old position are made.
+        self._ahead = deque((p, records) for p, records in self._ahead if p != tp)
+        self._ahead_bytes = sum(_size(records) for _p, records in self._ahead)
+        await self._settle({tp})
+        await self._consumer.seek_to_beginning(tp)
+        self.catching_up[tp] = end
 
     def _update_lag(self) -> None:
         for tp in self._consumer.assignment():
@@ -364,6 +400,8 @@ class KeyOrderedRunner(Generic[Item]):
 
     async def on_revoked(self, revoked: set[TopicPartition]) -> None:
         self._revoked_meanwhile |= revoked
+        for tp in revoked:
+            self.catching_up.pop(tp, None)
         # Not taken, so not counted in any commit: the partition's next owner fetches them again.
         self._ahead = deque((tp, records) for tp, records in self._ahead if tp not in revoked)
         self._ahead_bytes = sum(_size(records) for _tp, records in self._ahead)
