@@ -16,7 +16,7 @@ import pytest
 from service.adapters.db.database import Database
 from service.adapters.db.engine import build_engine
 from service.config import Settings
-from service.core.events import BIGINT_MAX
+from service.core.events import BIGINT_MAX, ID_PATTERN
 from service.core.model import USER_GROUP, Source
 from service.core.normalize import dedup_hash
 from service.core.records import HistoryAction, HistoryActor, HistoryEntry
@@ -32,6 +32,7 @@ SCRIPT = Path(__file__).with_name("int64_round_trip.mjs")
 USER = 2**53 + 1  # 9007199254740993: JSON.parse reads a number …993 as …992
 SESSION = 2**53 + 3  # 9007199254740995, read as …996 (the console's history drawer showed that)
 FIRST_ROW = 2**53 + 9  # memory_item's and memory_history's AUTO_INCREMENT in this database
+ID_FIELDS = {"id", "userId", "originSessionId"}
 SEEDED = ["用中文写周报", "结论放在最前面", "测试用 Vitest"]
 ID_COLUMNS = {
     ("memory_item", "id"),
@@ -204,3 +205,31 @@ async def test_an_id_as_a_number_or_its_decimal_string_is_taken(
     assert mine.json()["data"]["id"] == str(row)
     largest = await http.get(f"/api/v1/memory/{form(BIGINT_MAX)}", headers=bearer(token(user)))
     assert (largest.status_code, largest.json()["code"]) == (404, 40400)
+
+
+async def test_the_openapi_document_shows_every_id_as_a_decimal_string(http: httpx.AsyncClient) -> None:
+    document = (await http.get("/openapi.json")).json()
+    id_string = {"type": "string", "pattern": ID_PATTERN}
+    shown = {}
+    for name, schema in document["components"]["schemas"].items():
+        for field in ID_FIELDS & set(schema.get("properties", {})):
+            prop = schema["properties"][field]
+            options = [o for o in prop.get("anyOf", [prop]) if o.get("type") != "null"]
+            shown[f"{name}.{field}"] = [{k: o.get(k) for k in id_string} for o in options]
+    assert shown == {
+        "MemoryItem.id": [id_string],
+        "MemoryItem.originSessionId": [id_string],
+        "HistoryItem.originSessionId": [id_string],
+        "Deleted.id": [id_string],
+        "ExtractionUsage.userId": [id_string],
+    }
+    operations = [o for path in document["paths"].values() for o in path.values()]
+    parameters = [p for o in operations for p in o.get("parameters", [])]
+    ids = [p for p in parameters if p["name"] in {"memory_id", "userId"}]
+    # The memory's get, patch, delete and history; the admin list, history (two) and extractions;
+    # the injection.
+    assert len(ids) == 9
+    for parameter in ids:
+        assert {"type": "string", "pattern": ID_PATTERN} in [
+            {k: o.get(k) for k in ("type", "pattern")} for o in parameter["schema"]["oneOf"]
+        ]
