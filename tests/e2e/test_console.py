@@ -18,7 +18,8 @@ from playwright import async_api as playwright_api
 
 from service.adapters.db.database import Database
 from service.adapters.db.engine import upgrade_schema
-from service.core.model import DismissedBy, Group, Scope, Source, Status
+from service.core.model import USER_GROUP, DismissedBy, Group, Scope, Source, Status
+from service.core.normalize import dedup_hash
 from service.core.records import HistoryAction, HistoryActor, HistoryEntry
 from tests.e2e.conftest import JWT_SECRET
 from tests.support.pool import items, remember_projects, seed, set_capture
@@ -623,6 +624,49 @@ async def test_history_and_dates_are_in_chinese_and_local_time(
     entry = page.locator("#history-list li").first
     assert await entry.locator("strong").text_content() == "自动新增 · 自动收集"
     assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d", await entry.locator(".when").text_content() or "")
+
+
+async def seed_from_session(db: Database, user_id: int, content: str, session_id: int) -> None:
+    """A memory written by session `session_id`, with its insert in the history."""
+    async with db.transaction() as uow:
+        digest = dedup_hash(Scope.USER, None, content)
+        row = await uow.memories.insert(
+            user_id, USER_GROUP, content, digest, Source.AUTO, session_id, db.now()
+        )
+        entry = HistoryEntry(
+            HistoryAction.INSERT, HistoryActor.AUTO, new_content=content, session_id=session_id
+        )
+        await uow.memories.record(user_id, row, entry, db.now())
+        await uow.commit()
+
+
+async def test_the_history_drawer_shows_a_session_id_above_2_53_exactly(
+    open_console, user_id: int, mysql_db: Database
+) -> None:  # type: ignore[no-untyped-def]
+    """9007199254740995 read as a JavaScript number is …996; ids arrive as strings and stay so, on the
+    user's page and through the audit's userId above 2^53."""
+    session = 2**53 + 3
+    audited = 2**53 + 1 + 2 * (user_id // 10_000 % 10**6)  # odd: no JavaScript number equals it
+    await seed_from_session(mysql_db, user_id, "会话号很大的记忆", session)
+    await seed_from_session(mysql_db, audited, "被审计的大号用户的记忆", session)
+
+    page = await open_console(user_id, ["memory:read"])
+    await page.locator("#memory-list li", has_text="会话号很大的记忆").locator("button.history").click()
+    session_line = page.locator("#history-list li .when", has_text="会话")
+    assert await session_line.text_content() == f"会话 {session}"
+
+    await page.keyboard.press("Escape")
+    await page.click("#nav-audit")
+    await page.fill("#audit-user", "1e3")  # a number to the browser, not an id: never sent
+    assert await page.eval_on_selector("#audit-user", "input => input.validity.patternMismatch")
+    await page.fill("#audit-user", str(audited))
+    await page.click("#audit-form button")
+    row = page.locator("#audit-table tbody tr", has_text="被审计的大号用户的记忆")
+    await row.click()
+    await page.wait_for_selector("#history-drawer", state="visible")
+    assert await session_line.text_content() == f"会话 {session}"
+    (item,) = await items(mysql_db, audited)
+    assert await row.locator("td").first.text_content() == str(item.id)
 
 
 async def test_the_counter_and_the_limit_count_characters_not_utf16_units(

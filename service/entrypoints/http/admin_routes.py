@@ -8,7 +8,7 @@ import structlog
 from fastapi import APIRouter, Query
 
 from service.app.memories import MemoryService
-from service.core.events import BIGINT_MAX
+from service.core.events import BigintId
 from service.entrypoints.http.api_models import (
     ExtractionModelSetting,
     ExtractionModelView,
@@ -21,7 +21,7 @@ from service.entrypoints.http.envelope import Envelope, error_responses, ok
 from service.entrypoints.http.memory_routes import MemoryId, PageParams, page_data
 
 audit_log = structlog.get_logger("mao_memory.audit")
-TargetUser = Annotated[int, Query(alias="userId", ge=1, le=BIGINT_MAX)]
+TargetUser = Annotated[BigintId, Query(alias="userId")]
 
 
 def admin_router(service: MemoryService, default_model: str) -> APIRouter:

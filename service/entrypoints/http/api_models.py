@@ -7,9 +7,20 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, WithJsonSchema, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetPydanticSchema,
+    StrictBool,
+    WithJsonSchema,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
+from pydantic_core import core_schema
 
+from service.core.events import BIGINT_MAX, ID_PATTERN
 from service.core.injection_prompt import MemoryHint
 from service.core.model import MAX_MANUAL_CONTENT_CHARS, MAX_MODEL_NAME_CHARS, MAX_PROJECT_KEY_CHARS
 from service.core.normalize import (
@@ -136,12 +147,33 @@ class CaptureSetting(CamelModel):
     auto_capture_enabled: StrictBool
 
 
+# Every int64 id in an answer is a JSON string of decimal digits: a JavaScript number is exact only
+# to 2^53, and `JSON.parse` reads 9007199254740995 as …996. Requests take the event's rule instead
+# (`service.core.events.BigintId`: a JSON integer or its canonical decimal string). pydantic-core's
+# own to-string serializer: a `PlainSerializer(str)` calls back into Python per id, which doubled the
+# time to encode a page of 100 memories.
+_ID_OUT_CORE_SCHEMA = core_schema.int_schema(serialization=core_schema.to_string_ser_schema(when_used="json"))
+Id = Annotated[
+    int,
+    GetPydanticSchema(lambda _source, _handler: _ID_OUT_CORE_SCHEMA),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "pattern": ID_PATTERN,
+            "description": f"an id in decimal: ASCII digits, no sign or leading zero, at most {BIGINT_MAX}",
+            "examples": ["9007199254740993"],
+        },
+        mode="serialization",
+    ),
+]
+
+
 def _iso(value: datetime) -> str:
     return value.replace(tzinfo=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 class MemoryItem(CamelModel):
-    id: int
+    id: Id
     scope: Literal["USER", "PROJECT"]
     project_key: str | None
     content: str
@@ -151,7 +183,7 @@ class MemoryItem(CamelModel):
         description="why a DISMISSED memory is dismissed: the user, or room for newer facts (restored "
         "when the fact comes back); null while ACTIVE"
     )
-    origin_session_id: int | None
+    origin_session_id: Id | None
     created_at: str
     updated_at: str
 
@@ -184,7 +216,7 @@ class HistoryItem(CamelModel):
     old_content: str | None
     new_content: str | None
     event_id: str | None
-    origin_session_id: int | None
+    origin_session_id: Id | None
     model: str | None
     created_at: str
     count: int = Field(description="how many consecutive touches this row stands for (1 for other actions)")
@@ -207,7 +239,7 @@ class HistoryItem(CamelModel):
 
 
 class ExtractionUsage(CamelModel):
-    user_id: int
+    user_id: Id
     extractions_last_24h: int = Field(
         alias="extractionsLast24h",
         description="the user's events the model answered in the last 24 hours: what the budget counts",
@@ -215,7 +247,7 @@ class ExtractionUsage(CamelModel):
 
 
 class Deleted(CamelModel):
-    id: int
+    id: Id
 
 
 class InjectedMemory(CamelModel):

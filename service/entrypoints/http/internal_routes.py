@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Query, Response
 
 from service.app.memories import MemoryService
 from service.config import Settings
-from service.core.events import BIGINT_MAX
+from service.core.events import BigintId
 from service.entrypoints.http.api_models import InjectedMemory, Injection
 from service.entrypoints.http.auth import internal_caller
 from service.entrypoints.http.envelope import Envelope, error_responses, ok
@@ -25,7 +25,7 @@ def internal_router(service: MemoryService, settings: Settings) -> APIRouter:
 
     @router.get("/injection", response_model=Envelope[Injection])
     async def injection(
-        user_id: Annotated[int, Query(alias="userId", ge=1, le=BIGINT_MAX)],
+        user_id: Annotated[BigintId, Query(alias="userId")],
         project_key: Annotated[str | None, Query(alias="projectKey", max_length=512)] = None,
     ) -> Response:
         """PROJECT top 12 then USER top 8 (ACTIVE, newest first) and the rendered prompt section."""

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Query
 
 from service.app.memories import MemoryService
-from service.core.events import BIGINT_MAX
+from service.core.events import BigintId
 from service.core.model import MAX_PROJECT_KEY_CHARS, Scope, Status
 from service.core.records import ListFilter
 from service.entrypoints.http.api_models import (
@@ -23,7 +23,9 @@ from service.entrypoints.http.api_models import (
 from service.entrypoints.http.auth import Me
 from service.entrypoints.http.envelope import Envelope, error_responses, ok
 
-MemoryId = Annotated[int, Path(ge=1, le=BIGINT_MAX, description="memory id")]
+# An id in a path or query takes the event's rule: its canonical decimal digits ("05", "+5", "5.0"
+# are 400), as a JSON body would take the integer or that string.
+MemoryId = Annotated[BigintId, Path(description="memory id")]
 
 
 async def page_params(

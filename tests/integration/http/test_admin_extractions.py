@@ -32,6 +32,6 @@ async def test_admin_reads_a_users_extractions_of_the_last_24_hours(
     assert response.json() == {
         "code": 0,
         "message": "success",
-        "data": {"userId": user_id, "extractionsLast24h": 2},
+        "data": {"userId": str(user_id), "extractionsLast24h": 2},
     }
     assert [(e["event"], e["caller"], e["user_id"]) for e in logs] == [("admin_extractions_read", 1, user_id)]

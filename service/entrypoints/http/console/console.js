@@ -278,8 +278,12 @@ async function remove(li, control) {
   await loadMemories();
 }
 
+// Ids (memory, user, session) are the API's decimal strings, kept as text from the answer to the
+// screen and back into paths: a JavaScript number is exact only to 2^53. Never Number() or sort by one.
 async function showHistory(id, userId) {
-  const path = userId ? `/api/v1/admin/memory/${id}/history?userId=${userId}` : `/api/v1/memory/${id}/history`;
+  const path = userId
+    ? `/api/v1/admin/memory/${encodeURIComponent(id)}/history?${new URLSearchParams({ userId })}`
+    : `/api/v1/memory/${encodeURIComponent(id)}/history`;
   const entries = await api("GET", path);
   $("history-list").replaceChildren(...entries.map((h) => {
     const li = el("li");
