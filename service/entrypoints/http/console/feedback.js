@@ -74,6 +74,7 @@ async function runUndo(control, after, previous) {
     if (!unchangedSince(after, now)) text = NOTICE.undoChanged;
     else await api("PATCH", path, { status: previous }, { box: scratch });
   } catch (error) {
+    if (!(error instanceof ApiFailure)) throw error;
     text = undoFailure(error);
   }
   try {
