@@ -201,7 +201,7 @@ function memoryRow(item) {
       ? button("忽略", (b) => setStatus(li, b, "DISMISSED"), "dismiss")
       : button("恢复", (b) => setStatus(li, b, "ACTIVE"), "restore"),
     button("删除", (b) => remove(li, b), "delete danger"),
-    button("历史", (b) => inFlight(b, () => showHistory(item.id)), "history"),
+    button("历史", (b) => inFlight(b, () => openHistory(item.id)), "history"),
   );
   meta.append(actions);
   li.append(el("div", item.content, "content"), meta);
@@ -248,13 +248,14 @@ async function saveEdit(save) {
   const editing = state.editing;
   await rowRequest(editing.li, save, "PATCH", { content: editing.area.value });
   if (state.editing === editing) state.editing = null;
+  say(NOTICE.edited);
   await loadMemories();
 }
 
 /** A request about one listed memory; a memory deleted elsewhere (404) leaves the list at once. */
 async function rowRequest(li, control, method, body) {
   try {
-    await inFlight(control, () => api(method, `/api/v1/memory/${li.dataset.id}`, body));
+    return await inFlight(control, () => api(method, `/api/v1/memory/${li.dataset.id}`, body));
   } catch (error) {
     if (error.code === 40400 && li.isConnected) {
       if (state.editing && state.editing.li === li) state.editing = null;
@@ -268,13 +269,15 @@ async function rowRequest(li, control, method, body) {
 }
 
 async function setStatus(li, control, status) {
-  await rowRequest(li, control, "PATCH", { status });
+  const after = await rowRequest(li, control, "PATCH", { status });
+  offerUndo(after, status === "ACTIVE" ? "DISMISSED" : "ACTIVE");
   await loadMemories();
 }
 
 async function remove(li, control) {
   if (!(await ask("删除这条记忆?", "删除后不可恢复。", "删除", true))) return;
   await rowRequest(li, control, "DELETE");
+  say(NOTICE.deleted);
   await loadMemories();
 }
 
@@ -325,12 +328,16 @@ async function submitAdd(event) {
   event.preventDefault();
   const body = { scope: $("add-scope").value, content: $("add-content").value };
   if (body.scope === "PROJECT") body.projectKey = $("add-project").value;
+  const closes = $("add-dialog").closes;
   try {
     await inFlight($("add-submit"), () => api("POST", "/api/v1/memory", body, { box: $("add-error") }));
   } catch (_) {
-    return; // the dialog stays open with the reason shown inside it
+    // The dialog stays open with the reason shown inside it; one closed meanwhile shows none.
+    if ($("add-dialog").closes !== closes) showMessage($("add-error"), "");
+    return;
   }
-  $("add-dialog").close();
+  if ($("add-dialog").closes === closes) $("add-dialog").close();
+  say(NOTICE.added);
   await loadMemories();
 }
 
@@ -343,10 +350,11 @@ async function loadAudit() {
     const cells = [item.id, label("scope", item.scope), item.projectKey || "", item.content,
       label("source", item.source), statusText(item), formatTime(item.updatedAt)];
     tr.append(...cells.map((value) => el("td", String(value))));
-    on(tr, "click", () => showHistory(item.id, state.auditUser));
+    on(tr, "click", () => openHistory(item.id, state.auditUser));
     return tr;
   }));
   setPager("audit-", data);
+  showAuditEmpty(data);
 }
 
 async function loadModelSetting() {
@@ -401,6 +409,7 @@ function start() {
   $("history-list").replaceChildren();
   $("history-drawer").hidden = true;
   document.querySelectorAll("dialog[open]").forEach((dialog) => dialog.close());
+  resetFeedback();
   const signedIn = showIdentity();
   showMessage($("error"), signedIn ? "" : SIGN_IN_PROMPT);
   return signedIn ? Promise.all([showPage(state.view), loadSettings().then(loadMemories)]) : showPage(state.view);
@@ -462,10 +471,7 @@ function wire() {
   on($("status-filter"), "change", (e) => relist(() => { state.status = e.target.value; state.page = 1; }, e.target));
   on($("prev"), "click", (e) => relist(() => { state.page -= 1; }, e.currentTarget));
   on($("next"), "click", (e) => relist(() => { state.page += 1; }, e.currentTarget));
-  on($("auto-capture"), "change", (e) => inFlight(e.target, () => (
-    api("PATCH", "/api/v1/memory/settings", { autoCaptureEnabled: e.target.checked })))
-    .catch(() => loadSettings())
-    .finally(showEmpty));
+  on($("auto-capture"), "change", (e) => toggleCapture(e.target));
   on($("add-open"), "click", (e) => openAdd(e.currentTarget));
   bindCounter($("add-content"), $("add-counter"), $("add-submit"));
   $("add-scope").addEventListener("change", showScopeFields);
@@ -473,6 +479,7 @@ function wire() {
   $("add-cancel").addEventListener("click", () => $("add-dialog").close());
   // However the dialog closes (取消, Esc, saved), its error leaves with it.
   $("add-dialog").addEventListener("close", () => showMessage($("add-error"), ""));
+  wireFeedback();
   $("history-close").addEventListener("click", () => { $("history-drawer").hidden = true; });
   // Esc closes what is on top: a dialog closes itself, then the history drawer, then the edit.
   document.addEventListener("keydown", (e) => {
@@ -482,7 +489,9 @@ function wire() {
   });
   on($("audit-form"), "submit", (e) => {
     e.preventDefault();
-    state.auditUser = $("audit-user").value;
+    const userId = readAuditUser();
+    if (userId === null) return undefined;
+    state.auditUser = userId;
     state.auditPage = 1;
     return inFlight(e.submitter, loadAudit);
   });
@@ -493,6 +502,7 @@ function wire() {
     const body = { extractionModelId: $("model-id").value.trim() };
     const data = await inFlight(e.submitter, () => api("PUT", "/api/v1/admin/memory/settings", body));
     $("model-effective").textContent = `当前生效: ${data.effectiveModel}`;
+    say(NOTICE.model(data.effectiveModel));
   });
   on($("token-form"), "submit", (e) => {
     e.preventDefault();
