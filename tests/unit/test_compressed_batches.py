@@ -76,7 +76,7 @@ def test_a_record_past_the_limit_is_a_stub_at_its_offset_and_never_held_whole(co
 
 def test_a_raw_snappy_block_stating_too_much_is_one_stub_with_the_batch_bytes() -> None:
     """Snappy without Java's framing is one block, inflated whole: its stated size is checked first."""
-    data = bytearray(raw_batch([(b"a", b"x" * (4 * 1024 * 1024), [])], 7))
+    data = bytearray(raw_batch([(b"a", b"x" * (FETCH_INFLATED_BYTES + 1), [])], 7))
     plain = _DefaultRecordBatchPy(bytes(data))
     plain._maybe_uncompress()
     body = bytes(cramjam.snappy.compress_raw(bytes(plain._buffer[plain._pos :])))

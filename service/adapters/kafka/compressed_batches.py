@@ -35,8 +35,9 @@ MAX_RECORD_BYTES = MAX_EVENT_BYTES + RECORD_OVERHEAD_BYTES
 # Inflated bytes one record set yields before the rest waits for the next fetch: the size of a fetch
 # of uncompressed records (bootstrap.py), so a compressed fetch holds no more than a plain one.
 FETCH_INFLATED_BYTES = 8 * 1024 * 1024
-# A snappy block is inflated whole, so one stating more is refused unread (Java writes 32 KiB blocks).
-MAX_SNAPPY_BLOCK = MAX_RECORD_BYTES
+# A snappy block is inflated whole, so one stating more is refused unread. Java writes 32 KiB blocks;
+# librdkafka writes a batch as one block (its batches are 1 MB by default).
+MAX_SNAPPY_BLOCK = FETCH_INFLATED_BYTES
 _RECORDS_OFFSET = 61  # the v2 batch header's size: the records section starts here
 _MAX_VARINT = 5  # a record's length is an int32, at most 5 bytes as a varint
 _RECORD_PREFIX = 3 * 10  # attributes, timestamp delta, offset delta: three varints at most
