@@ -5,15 +5,15 @@ strict UTF-8 and raises from `getmany` on the first record whose key is not: the
 move past it, and the exception is not a `KafkaError`. The same reader refuses a record whose
 structure is broken, and a batch in a codec the client lacks.
 
-`install()` puts `TolerantMemoryRecords` where the fetcher builds its record sets. Batches are still
-read by aiokafka's own reader (the C extension, when present); only a batch on which that reader fails
-is read again here, record by record, from the bytes the broker sent:
+`install()` puts `TolerantMemoryRecords` where the fetcher builds its record sets. A compressed v2
+batch is read by `compressed_batches.InflatingBatch`, inflated as a stream in bounded memory. Other
+batches are still read by aiokafka's own reader (the C extension, when present); only a batch on which
+that reader fails is read again here, record by record, from the bytes the broker sent:
 - a header key that is not UTF-8 is decoded with `surrogateescape`, so the original bytes survive
   (`header_key_bytes`) and the record is processed like any other;
-- a record (or a batch) that cannot be parsed at all becomes a stub: no key, no value, and a single
-  header named `UNDECODABLE` (a name no record on the wire can carry: it starts with a high
-  surrogate, which neither strict nor `surrogateescape` decoding produces) whose value says why.
-  The stub keeps the record's offset, so the consumer dead-letters it and moves past it.
+- a record that cannot be parsed at all becomes a stub (`record_format.stub`: no key, no value, its
+  first header says why), and a batch that cannot be read at all one stub whose value is the batch's
+  raw bytes. A stub keeps the offset it stands for, so the consumer dead-letters it and moves past it.
 
 This reaches into aiokafka's fetcher (`aiokafka.consumer.fetcher.MemoryRecords`): the version range
 is pinned in pyproject.toml, `install()` refuses to run when the internals it relies on are missing,
