@@ -135,6 +135,10 @@ def event_json_schema() -> dict[str, object]:
     return schema
 
 
+# The largest event value the consumer takes; a larger one is dead-lettered unread.
+MAX_EVENT_BYTES = 1024 * 1024
+
+
 @dataclass(frozen=True, slots=True)
 class Undecodable:
     """Why a message cannot be an event: `reason` is a metric label, `detail` goes to the DLQ header."""

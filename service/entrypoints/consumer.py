@@ -28,19 +28,18 @@ from service.adapters.kafka.dead_letters import (
     verdict,
     verdict_only,
 )
-from service.adapters.kafka.record_reader import UNDECODABLE
+from service.adapters.kafka.record_format import STUB_REASON, UNDECODABLE
 from service.adapters.llm_failures import FailureClass
 from service.adapters.metrics import Metrics
 from service.app.extraction import Extracted, ExtractionHandler, ModelRejected, ModelUnavailable
 from service.core.backoff import Backoff
-from service.core.events import TaskFinishedEvent, Undecodable, decode_event
+from service.core.events import MAX_EVENT_BYTES, TaskFinishedEvent, Undecodable, decode_event
 from service.core.failure_budget import Failure, FailureBudget
 from service.core.labels import DeadLetterReason, ProcessingPath
 from service.core.outcomes import Outcome
 
 log = structlog.get_logger(__name__)
 
-MAX_EVENT_BYTES = 1024 * 1024
 MAX_BUG_ATTEMPTS = 3
 MAX_BACKOFF_S = 30.0
 # An outage is waited out without end (offsets stay put): 0.5 s, doubling, at most MAX_BACKOFF_S apart,
@@ -80,7 +79,8 @@ def decode_record(record: Record) -> TaskFinishedEvent | Undecodable:
     headers = record.headers
     if headers and headers[0][0] == UNDECODABLE:
         why = (headers[0][1] or b"").decode("utf-8", "replace")
-        return Undecodable(DeadLetterReason.UNDECODABLE_RECORD.value, why)
+        reason = header(list(headers[1:2]), STUB_REASON) or DeadLetterReason.UNDECODABLE_RECORD.value
+        return Undecodable(reason, why)
     return decode_event(record.value, MAX_EVENT_BYTES)
 
 

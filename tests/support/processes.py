@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -74,8 +75,18 @@ class ServiceProcess:
     """`mao-memory <mode>` as a child process, configured only through MEMORY_* variables, in `cwd`
     (where a run without credentials shares its throwaway secret, in data/)."""
 
-    def __init__(self, mode: str, env: dict[str, str], name: str = "service", cwd: Path = ROOT) -> None:
+    def __init__(
+        self,
+        mode: str,
+        env: dict[str, str],
+        name: str = "service",
+        cwd: Path = ROOT,
+        memory_limit: int | None = None,
+    ) -> None:
+        """`memory_limit`: the child's RLIMIT_DATA in bytes (heap and anonymous mappings), as a pod's
+        memory limit would bound it: past it, allocations fail."""
         self.mode = mode
+        self.memory_limit = memory_limit
         self.cwd = cwd
         self.port = free_port()
         self.env = {
@@ -105,9 +116,19 @@ class ServiceProcess:
             cwd=self.cwd,
             start_new_session=terminal,
         )
+        if self.memory_limit is not None:  # at once, while the interpreter is still starting
+            limit = (self.memory_limit, self.memory_limit)
+            resource.prlimit(self.process.pid, resource.RLIMIT_DATA, limit)
         if wait_ready:
             self.wait_ready(timeout_s)
         return self
+
+    def peak_rss(self) -> int:
+        """The child's peak resident set so far (VmHWM), in bytes."""
+        assert self.process is not None
+        status = Path(f"/proc/{self.process.pid}/status").read_text()
+        [line] = [line for line in status.splitlines() if line.startswith("VmHWM:")]
+        return int(line.split()[1]) * 1024
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:
         deadline = time.monotonic() + timeout_s

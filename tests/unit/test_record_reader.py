@@ -106,18 +106,23 @@ def test_a_record_that_cannot_be_parsed_becomes_a_stub_at_its_offset_and_the_res
     assert [r.offset for r in records] == [7, 8, 9]  # type: ignore[attr-defined]
     stub = records[1]
     assert stub.value is None and stub.key is None  # type: ignore[attr-defined]
-    ((name, why),) = stub.headers  # type: ignore[attr-defined]
+    (name, why), (_mark, reason) = stub.headers  # type: ignore[attr-defined]
+    assert reason == b"undecodable_record"
     assert name == UNDECODABLE and b"record at offset 8 unreadable" in why
     assert records[2].value == b"3"  # type: ignore[attr-defined]
 
 
-def test_a_batch_in_a_codec_the_client_lacks_becomes_one_stub_at_its_last_offset() -> None:
+@pytest.mark.parametrize(("codec", "why"), [(5, b"codec 5 is not one"), (3, b"lz4 stream unreadable")])
+def test_a_batch_that_cannot_be_inflated_is_one_stub_carrying_its_raw_bytes(codec: int, why: bytes) -> None:
     data = bytearray(raw_batch([(b"a", b"1", []), (b"b", b"2", [])], base_offset=100))
     attributes = _DefaultRecordBatchPy.ATTRIBUTES_OFFSET
-    struct.pack_into(">h", data, attributes, 0x03)  # lz4, whose library is not installed
+    struct.pack_into(">h", data, attributes, codec)  # an unknown codec, or lz4 over bytes that are not
     records = read(bytes(data), fetch_offset=100, check_crcs=False)
     assert [r.offset for r in records] == [101]  # type: ignore[attr-defined]
-    assert b"offsets 100-101 unreadable" in records[0].headers[0][1]  # type: ignore[attr-defined]
+    stub = records[0]
+    assert stub.value == bytes(data) and stub.key is None  # type: ignore[attr-defined]
+    assert b"offsets 100-101" in stub.headers[0][1] and why in stub.headers[0][1]  # type: ignore[attr-defined]
+    assert stub.headers[2] == ("x-dlq-offsets", b"100-101")  # type: ignore[attr-defined]
 
 
 def with_crc(data: bytearray) -> bytes:

@@ -33,7 +33,7 @@ from aiokafka.errors import (
     TopicAuthorizationFailedError,
 )
 
-from service.adapters.kafka.record_reader import UNDECODABLE, header_key_bytes
+from service.adapters.kafka.record_format import MARKS, header_key_bytes
 from service.core.labels import DeadLetterReason
 
 MAX_DLQ_MESSAGE_BYTES = 16 * 1024 * 1024
@@ -89,7 +89,7 @@ def copied_headers(original: Headers) -> Headers:
     """The record's headers as they can be written again; the reader's stub marker is not copied."""
     copied: Headers = []
     for key, value in original:
-        if key == UNDECODABLE:
+        if key in MARKS:
             continue
         try:
             key.encode("utf-8")

@@ -5,15 +5,15 @@ strict UTF-8 and raises from `getmany` on the first record whose key is not: the
 move past it, and the exception is not a `KafkaError`. The same reader refuses a record whose
 structure is broken, and a batch in a codec the client lacks.
 
-`install()` puts `TolerantMemoryRecords` where the fetcher builds its record sets. Batches are still
-read by aiokafka's own reader (the C extension, when present); only a batch on which that reader fails
-is read again here, record by record, from the bytes the broker sent:
+`install()` puts `TolerantMemoryRecords` where the fetcher builds its record sets. A compressed v2
+batch is read by `compressed_batches.InflatingBatch`, inflated as a stream in bounded memory. Other
+batches are still read by aiokafka's own reader (the C extension, when present); only a batch on which
+that reader fails is read again here, record by record, from the bytes the broker sent:
 - a header key that is not UTF-8 is decoded with `surrogateescape`, so the original bytes survive
   (`header_key_bytes`) and the record is processed like any other;
-- a record (or a batch) that cannot be parsed at all becomes a stub: no key, no value, and a single
-  header named `UNDECODABLE` (a name no record on the wire can carry: it starts with a high
-  surrogate, which neither strict nor `surrogateescape` decoding produces) whose value says why.
-  The stub keeps the record's offset, so the consumer dead-letters it and moves past it.
+- a record that cannot be parsed at all becomes a stub (`record_format.stub`: no key, no value, its
+  first header says why), and a batch that cannot be read at all one stub whose value is the batch's
+  raw bytes. A stub keeps the offset it stands for, so the consumer dead-letters it and moves past it.
 
 This reaches into aiokafka's fetcher (`aiokafka.consumer.fetcher.MemoryRecords`): the version range
 is pinned in pyproject.toml, `install()` refuses to run when the internals it relies on are missing,
@@ -24,44 +24,35 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from aiokafka.consumer import fetcher
 from aiokafka.record.default_records import DefaultRecordBatch, _DefaultRecordBatchPy
 from aiokafka.record.legacy_records import LegacyRecordBatch
 from aiokafka.record.memory_records import MemoryRecords
-from aiokafka.record.util import decode_varint
 
-UNDECODABLE = "\ud800undecodable-record"
+from service.adapters.kafka.compressed_batches import FetchBudget, InflatingBatch
+from service.adapters.kafka.record_format import (
+    UNDECODABLE,
+    TolerantRecord,
+    Unreadable,
+    base_offset,
+    batch_stub,
+    header_key_bytes,
+    read_record,
+    stub,
+)
+
+__all__ = ["UNDECODABLE", "TolerantMemoryRecords", "TolerantRecord", "header_key_bytes", "install", "stub"]
+
 # The framing every message format shares: base offset (int64), length (int32), …, magic at byte 16.
 _LOG_OVERHEAD = 12
 _MAGIC_OFFSET = 16
 _MIN_BATCH = 26  # the smallest legacy message set, aiokafka's own lower bound
 _LAST_DELTA_OFFSET = 23  # v2: base offset, length, leader epoch, magic, CRC, attributes, then this
 _V2 = 2
-
-
-def header_key_bytes(key: str) -> bytes:
-    """The header key's bytes as they were on the wire."""
-    return key.encode("utf-8", "surrogateescape")
-
-
-@dataclass(frozen=True, slots=True)
-class TolerantRecord:
-    """The attributes aiokafka's fetcher reads from a record to build a `ConsumerRecord`."""
-
-    offset: int
-    timestamp: int
-    timestamp_type: int
-    key: bytes | None
-    value: bytes | None
-    headers: list[tuple[str, bytes | None]]
-    checksum: None = None
-
-
-def stub(offset: int, timestamp: int, timestamp_type: int, why: str) -> TolerantRecord:
-    return TolerantRecord(offset, timestamp, timestamp_type, None, None, [(UNDECODABLE, why.encode())])
+_ATTRIBUTES_OFFSET = 21  # v2: an int16; the codec is in the low bits of its second byte
+_CODEC_MASK = 0x07
 
 
 class TolerantMemoryRecords:
@@ -73,13 +64,15 @@ class TolerantMemoryRecords:
         self._data = memoryview(data)
         self._next: tuple[int, int] | None = None
         self._pos = 0
+        self._budget = FetchBudget()
         self._cache_next()
 
     def size_in_bytes(self) -> int:
         return len(self._data)
 
     def has_next(self) -> bool:
-        return self._next is not None
+        """A set whose inflation budget is spent ends: the fetcher fetches the rest again."""
+        return self._next is not None and not self._budget.spent
 
     def _cache_next(self) -> None:
         """The next whole batch's (start, end); an incomplete one at the end is left for the next fetch."""
@@ -105,6 +98,8 @@ class TolerantMemoryRecords:
             magic = raw[_MAGIC_OFFSET]
             if magic < _V2:  # no headers to decode, nothing to read leniently: a failure is a stub
                 return _TolerantBatch(LegacyRecordBatch(raw, magic), bytes(raw), lenient=False)
+            if raw[_ATTRIBUTES_OFFSET + 1] & _CODEC_MASK:
+                return InflatingBatch(bytes(raw), self._budget)
             return _TolerantBatch(DefaultRecordBatch(raw), bytes(raw))
         except Exception as exc:
             return _UnreadableBatch(bytes(raw), f"batch unreadable: {type(exc).__name__}: {exc}")
@@ -119,13 +114,10 @@ class _UnreadableBatch:
     is_transactional = False
 
     def __init__(self, raw: bytes, why: str) -> None:
-        self.base_offset = struct.unpack_from(">q", raw)[0] if len(raw) >= 8 else 0
-        last_delta = -1
-        if len(raw) >= _LAST_DELTA_OFFSET + 4 and raw[_MAGIC_OFFSET] >= _V2:
-            (last_delta,) = struct.unpack_from(">i", raw, _LAST_DELTA_OFFSET)
-        self.next_offset = self.base_offset + max(last_delta, 0) + 1
-        self._why = f"offsets {self.base_offset}-{self.next_offset - 1}: {why}"
-        self._iterator = iter([stub(self.next_offset - 1, -1, 0, self._why)])
+        record = batch_stub(raw, why)
+        self.base_offset = base_offset(raw)
+        self.next_offset = record.offset + 1
+        self._iterator = iter([record])
 
     def validate_crc(self) -> bool:
         return True
@@ -192,23 +184,17 @@ class _TolerantBatch:
 def _tolerant_records(raw: bytes, failure: str) -> Iterator[TolerantRecord]:
     """The batch's records read leniently; what cannot be read becomes stubs. A stub standing for a
     range of records sits at the range's last offset, so the fetcher never skips it."""
-    batch = _DefaultRecordBatchPy(raw)
+    batch = _DefaultRecordBatchPy(raw)  # uncompressed: compressed batches are read by InflatingBatch
     first = batch.base_offset
     last = batch.next_offset - 1
-    try:
-        batch._maybe_uncompress()
-    except Exception as exc:
-        why = f"batch of offsets {first}-{last} unreadable: {type(exc).__name__}: {exc}"
-        yield stub(last, batch.first_timestamp, batch.timestamp_type, why)
-        return
     buffer, pos = batch._buffer, batch._pos
     expected = first  # the offset a record has when no compaction removed the ones before it
     for _ in range(batch._num_records):
         if expected > last:
             return  # every offset of the batch is accounted for: the rest claims offsets it cannot have
         try:
-            record, pos = _read_record(batch, buffer, pos, expected)
-        except _Unreadable as exc:
+            record, pos = read_record(batch, buffer, pos, expected)
+        except Unreadable as exc:
             if exc.next_pos is None:
                 # Its length is unknown, so the rest of the batch cannot be found: one stub for it all.
                 yield stub(last, batch.first_timestamp, batch.timestamp_type, f"{exc.why}; {failure}")
@@ -218,60 +204,6 @@ def _tolerant_records(raw: bytes, failure: str) -> Iterator[TolerantRecord]:
             continue
         expected = record.offset + 1
         yield record
-
-
-class _Unreadable(Exception):
-    def __init__(self, offset: int, next_pos: int | None, why: str) -> None:
-        super().__init__(why)
-        self.offset, self.next_pos, self.why = offset, next_pos, why
-
-
-def _read_record(batch: Any, buffer: bytearray, pos: int, expected: int) -> tuple[TolerantRecord, int]:
-    """One v2 record (Kafka's record format: length, attributes, deltas, key, value, headers)."""
-    last = batch.next_offset - 1
-    try:
-        length, pos = decode_varint(buffer, pos)
-    except (IndexError, ValueError) as exc:
-        raise _Unreadable(expected, None, f"records {expected}-{last} unreadable") from exc
-    end = pos + length
-    if length < 0 or end > len(buffer):
-        raise _Unreadable(expected, None, f"records {expected}-{last} unreadable: length {length}")
-    offset = expected
-    try:
-        _attributes, pos = decode_varint(buffer, pos)
-        ts_delta, pos = decode_varint(buffer, pos)
-        offset_delta, pos = decode_varint(buffer, pos)
-        if not expected <= batch.base_offset + offset_delta <= last:
-            raise ValueError(f"offset delta {offset_delta} outside the batch")
-        offset = batch.base_offset + offset_delta
-        key, pos = _nullable_bytes(buffer, pos, end)
-        value, pos = _nullable_bytes(buffer, pos, end)
-        count, pos = decode_varint(buffer, pos)
-        headers: list[tuple[str, bytes | None]] = []
-        for _ in range(count):
-            name, pos = _nullable_bytes(buffer, pos, end)
-            if name is None:
-                raise ValueError("null header key")
-            header_value, pos = _nullable_bytes(buffer, pos, end)
-            headers.append((name.decode("utf-8", "surrogateescape"), header_value))
-        if pos != end:
-            raise ValueError(f"{end - pos} bytes left inside the record")
-    except (IndexError, ValueError) as exc:
-        raise _Unreadable(offset, end, f"record at offset {offset} unreadable: {exc}") from exc
-    if batch.timestamp_type == batch.LOG_APPEND_TIME:
-        timestamp = batch.max_timestamp
-    else:
-        timestamp = batch.first_timestamp + ts_delta
-    return TolerantRecord(offset, timestamp, batch.timestamp_type, key, value, headers), end
-
-
-def _nullable_bytes(buffer: bytearray, pos: int, end: int) -> tuple[bytes | None, int]:
-    size, pos = decode_varint(buffer, pos)
-    if size < 0:
-        return None, pos
-    if pos + size > end:
-        raise ValueError("field runs past the record")
-    return bytes(buffer[pos : pos + size]), pos + size
 
 
 def install() -> None:
