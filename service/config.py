@@ -7,7 +7,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from service.core.model import MAX_MODEL_NAME_CHARS
@@ -162,6 +162,14 @@ class Settings(BaseSettings):
                 raise ValueError(f"expected host:port[,host:port…], got {server!r}")
         return value
 
+    @field_validator("ops_port")
+    @classmethod
+    def _own_port(cls, value: int, info: ValidationInfo) -> int:
+        """Two listeners on one port: the second would fail to bind after the first started."""
+        if value and value == info.data.get("http_port"):
+            raise ValueError(f"must differ from MEMORY_HTTP_PORT ({value})")
+        return value
+
     @field_validator("log_level")
     @classmethod
     def _level(cls, value: str) -> str:
@@ -169,13 +177,6 @@ class Settings(BaseSettings):
         if upper not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
             raise ValueError("must be DEBUG, INFO, WARNING or ERROR")
         return upper
-
-    @model_validator(mode="after")
-    def _ports_differ(self) -> Settings:
-        """Two listeners on one port: the second would fail to bind after the first started."""
-        if self.ops_port and self.ops_port == self.http_port:
-            raise ValueError(f"MEMORY_OPS_PORT must differ from MEMORY_HTTP_PORT ({self.http_port})")
-        return self
 
     @property
     def dlq_topic(self) -> str:
