@@ -3,8 +3,8 @@
 
 Everything started is entered into one `AsyncExitStack`, so the shutdown runs in the reverse order of
 the start: the stop request, the consumer (its last commits), the background tasks, the background
-consolidations, the API's HTTP server and the ops port's, then the graph's clients (dead letters, model, database) and the
-embedded broker last."""
+consolidations, the API's HTTP server and the ops port's, then the graph's clients (dead letters,
+model, database) and the embedded broker last."""
 
 from __future__ import annotations
 
