@@ -21,10 +21,12 @@ ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     LITELLM_LOCAL_MODEL_COST_MAP=True \
     MEMORY_HTTP_HOST=0.0.0.0 \
-    MEMORY_HTTP_PORT=8080
+    MEMORY_HTTP_PORT=8080 \
+    MEMORY_OPS_PORT=8081
 USER mao
-EXPOSE 8080
+# 8081: /healthz, /readyz and /metrics on slots of their own (docs/operations.md, "Ports and probes").
+EXPOSE 8080 8081
 HEALTHCHECK --interval=15s --timeout=3s --start-period=30s --retries=3 \
-  CMD python -c "import sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:8080/healthz', timeout=2).status != 200)"
+  CMD python -c "import sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:8081/healthz', timeout=2).status != 200)"
 ENTRYPOINT ["mao-memory"]
 CMD ["run"]

@@ -25,7 +25,7 @@ from service.app.extraction import ExtractionHandler, ExtractionSlots
 from service.app.retention import Horizons, RetentionJob, RetentionReport
 from service.config import Settings
 from service.entrypoints.consumer import EventProcessor, Received
-from service.entrypoints.http.app import create_app
+from service.entrypoints.http.app import create_apps
 from service.entrypoints.http.ops import Check
 from service.entrypoints.process import Consumption, Mode, Service
 
@@ -77,13 +77,15 @@ def build_service(settings: Settings, mode: Mode) -> Service:
     capture = CaptureSwitch(db, settings.capture_cache_ttl_s)
     consumption = None if mode is Mode.API else build_consumption(settings, metrics, db, capture)
     periodic = mode is not Mode.API and settings.retention_interval_hours > 0
+    http, ops = build_http(settings, metrics, db, capture, consumption, include_api=mode is not Mode.WORKER)
     return Service(
         settings=settings,
         mode=mode,
         metrics=metrics,
         db=db,
         capture=capture,
-        http=build_http(settings, metrics, db, capture, consumption, include_api=mode is not Mode.WORKER),
+        http=http,
+        ops=ops,
         consumption=consumption,
         retention=build_retention(settings, db, metrics) if periodic else None,
     )
@@ -205,12 +207,12 @@ def build_http(
     capture: CaptureSwitch,
     consumption: Consumption | None,
     include_api: bool,
-) -> Starlette:
+) -> tuple[Starlette, Starlette]:
     checks = {"database": _db_check(db)}
     if consumption is not None:
         checks["broker"] = _broker_check(consumption.dead_letters)
         checks["consumer"] = _consumer_check(consumption.runner)
-    return create_app(settings, metrics, db, capture, include_api=include_api, checks=checks)
+    return create_apps(settings, metrics, db, capture, include_api=include_api, checks=checks)
 
 
 def _db_check(db: Database) -> Check:

@@ -7,7 +7,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from service.core.model import MAX_MODEL_NAME_CHARS
@@ -48,10 +48,13 @@ class Settings(BaseSettings):
 
     http_host: str = "127.0.0.1"
     http_port: int = Field(default=8080, ge=0, le=65535)
+    # /healthz, /readyz and /metrics on a listener of their own, which a full API port cannot starve.
+    ops_port: int = Field(default=8081, ge=0, le=65535)
     api_docs: bool = True  # the interactive API page at /docs
     # Hostile clients (docs/api.md): open connections, a request head's size and header count,
     # how long a connection may take to send a complete head, then its body, and to read answers.
     http_max_connections: int = Field(default=512, ge=1)
+    http_max_connections_per_client: int = Field(default=64, ge=1)
     http_max_header_bytes: int = Field(default=32 * 1024, ge=1024)
     http_max_headers: int = Field(default=100, ge=8)
     http_head_timeout_s: float = Field(default=10.0, gt=0)
@@ -162,6 +165,14 @@ class Settings(BaseSettings):
             host, sep, port = server.strip().rpartition(":")
             if not sep or not host or not port.isdigit():
                 raise ValueError(f"expected host:port[,host:port…], got {server!r}")
+        return value
+
+    @field_validator("ops_port")
+    @classmethod
+    def _own_port(cls, value: int, info: ValidationInfo) -> int:
+        """Two listeners on one port: the second would fail to bind after the first started."""
+        if value and value == info.data.get("http_port"):
+            raise ValueError(f"must differ from MEMORY_HTTP_PORT ({value})")
         return value
 
     @field_validator("log_level")

@@ -1,10 +1,10 @@
 """Running the process: a `Service` that `service.bootstrap` built is started, served until a signal
-(or the end of its consumer, its embedded broker or its HTTP server), and shut down.
+(or the end of its consumer, its embedded broker or one of its HTTP servers), and shut down.
 
 Everything started is entered into one `AsyncExitStack`, so the shutdown runs in the reverse order of
 the start: the stop request, the consumer (its last commits), the background tasks, the background
-consolidations, the HTTP server, then the graph's clients (dead letters, model, database) and the
-embedded broker last."""
+consolidations, the API's HTTP server and the ops port's, then the graph's clients (dead letters,
+model, database) and the embedded broker last."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ from service.app.consolidation import Consolidator
 from service.app.retention import RetentionJob
 from service.config import Settings
 from service.entrypoints.consumer import Received
-from service.entrypoints.http.server import server_config
+from service.entrypoints.http.server import ops_server_config, server_config
 
 log = structlog.get_logger(__name__)
 
@@ -67,7 +67,8 @@ class Service:
     metrics: Metrics
     db: Database
     capture: CaptureSwitch
-    http: Starlette
+    http: Starlette  # the API port's
+    ops: Starlette  # the ops port's: /healthz, /readyz and /metrics alone
     consumption: Consumption | None  # None in `api` mode
     retention: RetentionJob | None  # the periodic run, in `run` and `worker` when its interval is set
 
@@ -99,8 +100,10 @@ async def serve(service: Service) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        # The HTTP side answers /healthz while the brokers are reached, and stops after the consumer.
-        http_task = await stack.enter_async_context(_serving(service.http, settings))
+        # The HTTP side answers /healthz while the brokers are reached, and stops after the consumer;
+        # the ops port last, so probes are answered for as long as anything runs.
+        ops_task = await stack.enter_async_context(_serving(ops_server_config(service.ops, settings)))
+        http_task = await stack.enter_async_context(_serving(server_config(service.http, settings)))
         if consumption is not None:
             await _start(consumption, settings)
             stack.push_async_callback(consumption.consolidator.close, settings.shutdown_grace_s)
@@ -116,9 +119,10 @@ async def serve(service: Service) -> None:
             "service_started",
             mode=service.mode.value,
             http_port=settings.http_port,
+            ops_port=settings.ops_port,
             bootstrap=consumption.bootstrap if consumption is not None else None,
         )
-        consumer_died = await _until_stopped(stop, http_task, consumer_task, service.metrics)
+        consumer_died = await _until_stopped(stop, [http_task, ops_task], consumer_task, service.metrics)
     if consumer_died is not None:
         raise consumer_died
     if housekeeping.broker_died:
@@ -165,8 +169,8 @@ class _Server(uvicorn.Server):
 
 
 @contextlib.asynccontextmanager
-async def _serving(app: Starlette, settings: Settings) -> AsyncIterator[asyncio.Task[None]]:
-    server = _Server(server_config(app, settings))
+async def _serving(config: uvicorn.Config) -> AsyncIterator[asyncio.Task[None]]:
+    server = _Server(config)
     task = asyncio.create_task(server.serve())
     try:
         yield task
@@ -224,13 +228,13 @@ class _Housekeeping:
 
 async def _until_stopped(
     stop: asyncio.Event,
-    http_task: asyncio.Task[None],
+    http_tasks: list[asyncio.Task[None]],
     consumer_task: asyncio.Task[None] | None,
     metrics: Metrics,
 ) -> ConsumerDied | None:
-    """Wait for a stop request, the HTTP server's end or the consumer's; the consumer never ends
+    """Wait for a stop request, an HTTP server's end or the consumer's; the consumer never ends
     quietly: an end nobody asked for is returned, to be raised once everything is shut down."""
-    waiters: list[asyncio.Future[Any]] = [asyncio.ensure_future(stop.wait()), http_task]
+    waiters: list[asyncio.Future[Any]] = [asyncio.ensure_future(stop.wait()), *http_tasks]
     if consumer_task is not None:
         waiters.append(consumer_task)
     await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)

@@ -9,8 +9,11 @@ from pathlib import Path
 
 import yaml
 
+from service.config import Settings
+
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
+OPS_PORT = Settings(_env_file=None).ops_port  # type: ignore[call-arg]
 
 
 def run(*args: str, cwd: Path = ROOT, env: dict[str, str] | None = None) -> str:
@@ -49,6 +52,8 @@ def test_alert_rules_pass_promtool_check_and_their_unit_tests() -> None:
     )
     assert "SUCCESS" in run("promtool", "test", "rules", "alerts_test.yml", cwd=DEPLOY / "prometheus")
     run("promtool", "check", "config", "prometheus.yml", cwd=DEPLOY / "prometheus")
+    scrape = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())["scrape_configs"][0]
+    assert scrape["static_configs"][0]["targets"] == [f"memory:{OPS_PORT}"]
 
 
 def test_kubernetes_manifests_validate_strictly() -> None:
@@ -61,6 +66,16 @@ def test_kubernetes_manifests_validate_strictly() -> None:
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    # Probes and the scrape go to the ops port, at the setting's default, which the ConfigMap sets.
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    probed = {container[probe]["httpGet"]["port"] for probe in ("livenessProbe", "readinessProbe")}
+    assert probed == {"ops"} and ports["ops"] == OPS_PORT
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/port"] == str(OPS_PORT)
+    config = yaml.safe_load((DEPLOY / "k8s" / "configmap.yaml").read_text())["data"]
+    assert config["MEMORY_OPS_PORT"] == str(OPS_PORT)
+    service = yaml.safe_load((DEPLOY / "k8s" / "service.yaml").read_text())
+    assert [p["targetPort"] for p in service["spec"]["ports"]] == ["http"]  # the ops port stays inside
     assert container["resources"]["requests"]
     secrets = {e["name"] for e in container["env"] if "secretKeyRef" in e.get("valueFrom", {})}
     assert {"MEMORY_JWT_SECRET", "MEMORY_INTERNAL_TOKEN", "MEMORY_LLM_API_KEY"} <= secrets

@@ -46,6 +46,7 @@ def test_the_service_refuses_to_start_before_migrate(tmp_path: Path, mode: str) 
             **os.environ,
             "MEMORY_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'fresh.db'}",
             "MEMORY_HTTP_PORT": "0",
+            "MEMORY_OPS_PORT": "0",
         },
         capture_output=True,
         text=True,

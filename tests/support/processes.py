@@ -89,10 +89,12 @@ class ServiceProcess:
         self.memory_limit = memory_limit
         self.cwd = cwd
         self.port = free_port()
+        self.ops_port = free_port()
         self.env = {
             **os.environ,
             **env,
             "MEMORY_HTTP_PORT": str(self.port),
+            "MEMORY_OPS_PORT": str(self.ops_port),
             "LITELLM_LOCAL_MODEL_COST_MAP": "True",
         }
         OUTPUT.mkdir(parents=True, exist_ok=True)
@@ -102,6 +104,10 @@ class ServiceProcess:
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ops_url(self) -> str:
+        return f"http://127.0.0.1:{self.ops_port}"
 
     def start(
         self, wait_ready: bool = True, timeout_s: float = 60.0, terminal: bool = False

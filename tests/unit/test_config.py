@@ -29,6 +29,22 @@ def test_the_ledger_outlives_the_budgets_24_hour_window() -> None:
         settings(retention_ledger_days=0.5)
 
 
+def test_the_ops_port_is_its_own() -> None:
+    """Probes and scrapes get a listener of their own; sharing the API's port would fail to bind."""
+    assert (settings().http_port, settings().ops_port) == (8080, 8081)
+    assert settings(http_port=0, ops_port=0).ops_port == 0  # both chosen by the system
+    with pytest.raises(
+        ValidationError, match=r"ops_port\n  Value error, must differ from MEMORY_HTTP_PORT \(9000\)"
+    ):
+        settings(http_port=9000, ops_port=9000)
+
+
+def test_one_client_gets_a_share_of_the_connections() -> None:
+    assert (settings().http_max_connections_per_client, settings().http_max_connections) == (64, 512)
+    with pytest.raises(ValidationError, match="http_max_connections_per_client"):
+        settings(http_max_connections_per_client=0)
+
+
 def test_robot_keys_default_to_the_platforms_channels_and_their_per_chat_prefixes() -> None:
     keys = settings().robot_keys
     assert [keys.project(k) for k in ("WEIXIN", "FEISHU", "DINGTALK")] == [None, None, None]

@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from service.config import Settings
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -19,3 +21,12 @@ def test_dockerfile_is_multi_stage_non_root_with_a_healthcheck() -> None:
     assert "HEALTHCHECK" in final and "/healthz" in final
     assert 'ENTRYPOINT ["mao-memory"]' in final and 'CMD ["run"]' in final
     assert "COPY --chown=mao:mao migrations ./migrations" in final
+
+
+def test_the_image_checks_its_health_on_the_ops_port() -> None:
+    """The API's connection slots can all be taken by clients; the ops port's cannot."""
+    defaults = Settings(_env_file=None)  # type: ignore[call-arg]
+    final = re.split(r"^FROM ", (ROOT / "Dockerfile").read_text(), flags=re.MULTILINE)[-1]
+    assert re.search(rf"^EXPOSE {defaults.http_port} {defaults.ops_port}$", final, re.MULTILINE)
+    assert f"MEMORY_OPS_PORT={defaults.ops_port}" in final
+    assert f"http://127.0.0.1:{defaults.ops_port}/healthz" in final

@@ -23,13 +23,19 @@ no headers. `GuardedHttpTools` adds the limits to the httptools protocol:
   full all that time) is dropped;
 - more than `PIPELINE_DEPTH` requests waiting behind the one being answered: the rest is not read,
   and once the waiting ones are answered the connection gets 503 and is closed;
-- more than `max_connections` open connections: 503 at once, before anything is read.
+- more than `max_connections` open connections, or more than `max_connections_per_client` from one
+  address: 503 at once, before anything is read. A client's connections otherwise idle on keep-alive
+  for `KEEP_ALIVE_S`, so without the second bound one address holding every slot (one request each,
+  then nothing) would starve every other client for as long as it likes.
 
 A refusal carries the envelope and `Connection: close`, after every earlier request's answer; the
 server then stops sending and drops what the client still sends for a moment before closing, so the
 client reads the answer instead of a reset (what is still buffered for it gets the send timeout).
-There is no per-address limit: behind a load balancer every connection comes from the balancer's
-address.
+Behind a proxy that opens the connections itself, every connection comes from the proxy's address:
+there the per-address bound is the proxy's share, and is set to `max_connections` to turn it off.
+
+The ops listener (`ops_server_config`) serves `/healthz`, `/readyz` and `/metrics` alone, on a port
+of its own with slots of its own, so that a full API never answers an orchestrator's probe 503.
 """
 
 from __future__ import annotations
@@ -56,6 +62,9 @@ LINGER_S = 1.0
 # Requests parsed and waiting while an earlier one on the same connection is answered. Browsers do
 # not pipeline; each waiting request holds its scope and body.
 PIPELINE_DEPTH = 8
+# The ops listener's slots: probes (one connection each, closed after) and a scraper or two.
+OPS_MAX_CONNECTIONS = 32
+OPS_MAX_CONNECTIONS_PER_CLIENT = 8
 # Chunk framing allowed on top of a body: as much again, which chunks of 5 bytes or more stay within.
 FRAMING_BYTES = MAX_BODY_BYTES
 
@@ -68,6 +77,7 @@ class HttpLimits:
     body_timeout_s: float
     send_timeout_s: float
     max_connections: int
+    max_connections_per_client: int
 
     @property
     def max_message_bytes(self) -> int:
@@ -94,14 +104,17 @@ HEAD_TOO_LARGE = _refusal(431, 43100, "request headers too large")
 BODY_TIMEOUT = _refusal(408, 40800, "request body not received in time")
 MESSAGE_TOO_LARGE = _refusal(413, 41300, "request body too large")
 TOO_MANY_CONNECTIONS = _refusal(503, 50300, "too many connections")
+TOO_MANY_FROM_CLIENT = _refusal(503, 50300, "too many connections from this address")
 TOO_MANY_PIPELINED = _refusal(503, 50300, "too many pipelined requests")
 
 
 class GuardedHttpTools(HttpToolsProtocol):
-    """uvicorn's httptools protocol with `HttpLimits` (module docstring). The limits are a class
-    attribute because uvicorn builds each connection's protocol from the class itself."""
+    """uvicorn's httptools protocol with `HttpLimits` (module docstring). The limits, and the open
+    connections per client address, are class attributes because uvicorn builds each connection's
+    protocol from the class itself (`guarded` makes one class per server)."""
 
     limits: ClassVar[HttpLimits]
+    per_client: ClassVar[dict[str, int]]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -114,17 +127,24 @@ class GuardedHttpTools(HttpToolsProtocol):
         self._timer: asyncio.TimerHandle | None = None
         self._deadline = 0.0
         self._send_timer: asyncio.TimerHandle | None = None
+        self._address: str | None = None  # counted in `per_client` while set
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        address = self.client[0] if self.client else ""
         if len(self.connections) > self.limits.max_connections:
             self._refuse(TOO_MANY_CONNECTIONS)
+        elif self.per_client.get(address, 0) >= self.limits.max_connections_per_client:
+            self._refuse(TOO_MANY_FROM_CLIENT)
         else:
+            self.per_client[address] = self.per_client.get(address, 0) + 1
+            self._address = address
             self._arm(self.limits.head_timeout_s, self._drop)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         self._stop_send_timer()
+        self._release()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -256,11 +276,22 @@ class GuardedHttpTools(HttpToolsProtocol):
         else:
             self._refuse(response)
 
+    def _release(self) -> None:
+        """Give the connection's slot back to its address: at its refusal or its end, once."""
+        address, self._address = self._address, None
+        if address is not None:
+            left = self.per_client[address] - 1
+            if left:
+                self.per_client[address] = left
+            else:
+                del self.per_client[address]
+
     def _refuse(self, response: bytes) -> None:
         self._refused = True
         self._pending = None
         self._disarm()
         self.connections.discard(self)
+        self._release()
         self.transport.write(response)
         if self.transport.can_write_eof():
             self.transport.write_eof()
@@ -279,23 +310,39 @@ def guarded(limits: HttpLimits) -> type[GuardedHttpTools]:
         pass
 
     Guarded.limits = limits
+    Guarded.per_client = {}
     return Guarded
 
 
 def server_config(app: Any, settings: Settings) -> uvicorn.Config:
-    """The one uvicorn configuration of every mode; logging and signals stay the service's."""
-    limits = HttpLimits(
+    """The API's uvicorn configuration, in every mode; logging and signals stay the service's."""
+    limits = _limits(settings, settings.http_max_connections, settings.http_max_connections_per_client)
+    return _config(app, settings.http_host, settings.http_port, limits)
+
+
+def ops_server_config(app: Any, settings: Settings) -> uvicorn.Config:
+    """The ops listener's: the same limits on a request, few slots of its own."""
+    limits = _limits(settings, OPS_MAX_CONNECTIONS, OPS_MAX_CONNECTIONS_PER_CLIENT)
+    return _config(app, settings.http_host, settings.ops_port, limits)
+
+
+def _limits(settings: Settings, max_connections: int, per_client: int) -> HttpLimits:
+    return HttpLimits(
         max_head_bytes=settings.http_max_header_bytes,
         max_headers=settings.http_max_headers,
         head_timeout_s=settings.http_head_timeout_s,
         body_timeout_s=settings.http_body_timeout_s,
         send_timeout_s=settings.http_send_timeout_s,
-        max_connections=settings.http_max_connections,
+        max_connections=max_connections,
+        max_connections_per_client=per_client,
     )
+
+
+def _config(app: Any, host: str, port: int, limits: HttpLimits) -> uvicorn.Config:
     return uvicorn.Config(
         app,
-        host=settings.http_host,
-        port=settings.http_port,
+        host=host,
+        port=port,
         log_config=None,
         access_log=False,
         lifespan="off",
