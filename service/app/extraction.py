@@ -54,12 +54,18 @@ class ModelUnavailable(Exception):
     (an OUTAGE never counts against the event)."""
 
     def __init__(
-        self, kind: str, detail: str, failure: FailureClass = FailureClass.EVENT, overtaken: bool = False
+        self,
+        kind: str,
+        detail: str,
+        failure: FailureClass = FailureClass.EVENT,
+        overtaken: bool = False,
+        timed_out: bool = False,
     ) -> None:
         super().__init__(f"{kind}: {detail}")
         self.kind = kind
         self.failure = failure
         self.overtaken = overtaken  # a later call was answered while this one was out
+        self.timed_out = timed_out  # our own deadline passed (a 408 is the provider's answer)
 
 
 class ModelRejected(Exception):
@@ -209,7 +215,13 @@ class ExtractionHandler:
         except LlmError as exc:
             log.warning("extraction_llm_failed", event_id=event.event_id, kind=exc.kind, error=exc.detail)
             if exc.retryable:
-                raise ModelUnavailable(exc.kind, exc.detail, exc.failure, exc.overtaken) from exc
+                raise ModelUnavailable(
+                    exc.kind,
+                    exc.detail,
+                    exc.failure,
+                    overtaken=exc.overtaken,
+                    timed_out=exc.kind == "timeout" and exc.status is None,
+                ) from exc
             raise ModelRejected(exc.detail) from exc
 
         usable, result = _read_answer(answer)

@@ -205,7 +205,7 @@ class EventProcessor:
             except ModelUnavailable as exc:
                 failure = Failure(
                     outage=exc.failure is FailureClass.OUTAGE,
-                    timed_out=exc.kind == "timeout",
+                    timed_out=exc.timed_out,
                     overtaken=exc.overtaken,
                     answered_ago_s=self._model_answered_ago(),
                 )

@@ -226,9 +226,9 @@ async def test_poison_events_failing_together_are_each_dead_lettered_while_healt
     user_id: int,
     poisons: int,
 ) -> None:
-    """Poisons published together, half timing out and half answered without choices, among a
-    healthy event every 50 ms: each ends in the DLQ within seconds, the breaker never opens, and no
-    healthy event waits behind them."""
+    """Poisons published together, a third timing out, a third answered without choices and a third
+    answered 408 at once, among a healthy event every 50 ms: each ends in the DLQ within seconds,
+    the breaker never opens, and no healthy event waits behind them."""
     model, breaker = client
     opened: list[BreakerState] = []
     breaker._on_change = opened.append
@@ -237,8 +237,10 @@ async def test_poison_events_failing_together_are_each_dead_lettered_while_healt
         await set_capture(mysql_db, user)
     llm.script(f"ok{user_id}", [{"type": "user", "content": "其他会话照常记住"}])
     for n, user in enumerate(users):
-        if n % 2:
+        if n % 3 == 1:
             llm.script(f"bad{user}", raw_body=NO_CHOICES)
+        elif n % 3 == 2:
+            llm.script(f"bad{user}", status=408)  # the provider's own timeout, answered at once
         else:
             llm.script(f"bad{user}", delay_s=2.0)  # beyond the 0.3 s timeout, every time
     dead, metrics = RecordingDeadLetters(), Metrics()
@@ -265,9 +267,8 @@ async def test_poison_events_failing_together_are_each_dead_lettered_while_healt
     await asyncio.gather(stream, return_exceptions=True)
 
     assert dead.reasons() == ["model_failed"] * poisons
-    assert sorted(dict(h)["x-dlq-error"] for _v, _k, h in dead.published) == sorted(
-        [b"timeout"] * ((poisons + 1) // 2) + [b"error"] * (poisons // 2)
-    )
+    errors = [b"error" if n % 3 == 1 else b"timeout" for n in range(poisons)]
+    assert sorted(dict(h)["x-dlq-error"] for _v, _k, h in dead.published) == sorted(errors)
     assert took < 20, took  # three tries each, 0.5 s and 1 s apart (jittered), and a 0.3 s timeout
     assert BreakerState.OPEN not in opened
     assert len(healthy_s) > 10 and max(healthy_s) < 1.0, max(healthy_s)
