@@ -76,7 +76,7 @@ def test_a_missing_tls_file_is_named_with_its_setting(tmp_path: Path) -> None:
     cert, missing = tmp_path / "client.pem", tmp_path / "client.key"
     cert.write_text("-----BEGIN CERTIFICATE-----\n")
     security = KafkaSecurity("SSL", certfile=str(cert), keyfile=str(missing))
-    with pytest.raises(KafkaConnectionRefused, match=r"not found: .*client\.key \(MEMORY_KAFKA_SSL_KEYFILE\)"):
+    with pytest.raises(KafkaConnectionRefused, match=r"client\.key \(MEMORY_KAFKA_SSL_KEYFILE\)"):
         security.options()
 
 
