@@ -204,7 +204,8 @@ class Settings(BaseSettings):
                 text = self.kafka_sasl_password_file.read_text(encoding="utf-8")
             except OSError as exc:
                 raise ValueError(f"MEMORY_KAFKA_SASL_PASSWORD_FILE unreadable: {exc.strerror}") from None
-            self.kafka_sasl_password = SecretStr(text.removesuffix("\n").removesuffix("\r"))
+            password = text.removesuffix("\n").removesuffix("\r")
+            self.kafka_sasl_password = SecretStr(password) if password else None
         if self.kafka_security_protocol.startswith("SASL_"):
             needed = {
                 "MEMORY_KAFKA_SASL_MECHANISM": self.kafka_sasl_mechanism,

@@ -24,12 +24,7 @@ from tests.support.scripted_llm import ScriptedLlm
 # Variables the suite sets itself: litellm reads its cost map from the package, and never loads a
 # `.env` (in DEV mode `import litellm` runs dotenv's upward search from its own install directory,
 # which with the venv at ./.venv reaches the repository's `.env`).
-SUITE_VARIABLES = {
-    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-    "LITELLM_MODE": "PRODUCTION",
-    # Tansu, the suite's broker, has no idempotent producers (InitProducerId fails).
-    "MEMORY_KAFKA_DLQ_IDEMPOTENCE": "false",
-}
+SUITE_VARIABLES = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_MODE": "PRODUCTION"}
 # Prefixes of the variables that steer litellm and the providers' clients (organisation, project,
 # headers, base URLs, keys), and single variables that reroute or re-verify HTTP.
 FOREIGN_PREFIXES = ("OPENAI_", "ANTHROPIC_", "LITELLM_")

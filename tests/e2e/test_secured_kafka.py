@@ -108,6 +108,7 @@ def worker_env(endpoint: Endpoint, tmp_path: Path, **extra: str) -> dict[str, st
         "MEMORY_KAFKA_PARTITIONS": "1",
         "MEMORY_KAFKA_SESSION_TIMEOUT_MS": "6000",
         "MEMORY_SHUTDOWN_GRACE_S": "1",
+        "MEMORY_KAFKA_DLQ_IDEMPOTENCE": "false",  # Tansu has no idempotent producers
         **endpoint.env,
         **extra,
     }
