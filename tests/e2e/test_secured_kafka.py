@@ -27,6 +27,8 @@ from service.adapters.kafka.security import KafkaSecurity
 from tests.support.processes import ROOT, ServiceProcess, free_port
 from tests.support.secured_kafka import Pki, PlainTansu, SaslGateway, Stunnel, make_pki
 
+pytestmark = pytest.mark.broker
+
 PASSWORD = "s3cret-Passw0rd-not-in-any-log"
 
 
