@@ -148,21 +148,22 @@ async def _quietly(close: Callable[[], Awaitable[None]]) -> None:
 
 
 async def _start(consumption: Consumption, settings: Settings) -> None:
-    """The embedded broker, the topics (when the service creates them), the dead-letter producer and
-    the model library: after the HTTP server, so /healthz answers while they start."""
+    """The embedded broker, the topics (created when the service creates them, the DLQ's durability
+    checked either way), the dead-letter producer and the model library: after the HTTP server, so
+    /healthz answers while they start."""
     if consumption.broker is not None:
         await consumption.broker.start_async()
     # One connection first: a refused certificate or password stops the start with its cause.
     await probe(consumption.bootstrap, consumption.security)
     log.info("kafka_connected", bootstrap=consumption.bootstrap, security=consumption.security.describe())
-    if settings.kafka_create_topics:
-        await ensure_topics(
-            consumption.bootstrap,
-            [settings.kafka_topic, settings.dlq_topic],
-            settings.kafka_partitions,
-            security=consumption.security,
-            durability={settings.dlq_topic: dlq_durability(settings)},
-        )
+    await ensure_topics(
+        consumption.bootstrap,
+        [settings.kafka_topic, settings.dlq_topic],
+        settings.kafka_partitions,
+        security=consumption.security,
+        durability={settings.dlq_topic: dlq_durability(settings)},
+        create=settings.kafka_create_topics,
+    )
     await consumption.dead_letters.start()
     consumption.llm.load()
 

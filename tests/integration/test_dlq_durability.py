@@ -86,9 +86,21 @@ async def test_an_existing_topic_less_durable_than_configured_is_said(broker: Br
     await ensure_topics(broker.bootstrap, [dlq], 1)
     wanted = Durability(replication_factor=3, min_insync_replicas=2, retention_ms=SEVEN_DAYS_MS)
     with structlog.testing.capture_logs() as logs:
-        await ensure_topics(broker.bootstrap, [dlq], 1, durability={dlq: wanted})
+        # Checked also where an operator owns the topics and the service creates none.
+        await ensure_topics(broker.bootstrap, [dlq], 1, durability={dlq: wanted}, create=False)
     gaps = [e["gap"] for e in logs if e["event"] == "topic_less_durable_than_configured"]
     assert all(e["log_level"] == "warning" for e in logs if "gap" in e)
     assert "replication factor 1 < 3 configured" in gaps
     # Tansu reports no topic configuration: what could not be checked is said instead.
     assert "the broker reports no topic configuration: min.insync.replicas, retention.ms not checked" in gaps
+
+
+async def test_a_missing_topic_is_left_to_its_owner_when_creation_is_off(broker: Broker) -> None:
+    dlq = f"dlq.{uuid.uuid4().hex[:8]}"
+    await ensure_topics(broker.bootstrap, [dlq], 1, durability={dlq: Durability()}, create=False)
+    admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    await admin.start()
+    try:
+        assert dlq not in await admin.list_topics()
+    finally:
+        await admin.close()

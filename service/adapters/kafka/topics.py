@@ -27,9 +27,11 @@ async def ensure_topics(
     *,
     security: KafkaSecurity = PLAINTEXT,
     durability: Mapping[str, Durability] | None = None,
+    create: bool = True,
 ) -> None:
     """`durability`: per topic, what it is created with and checked against; a topic without one
-    is created with a replication factor of 1 (the embedded broker's only one)."""
+    is created with a replication factor of 1 (the embedded broker's only one). `create=False`
+    (an operator owns the topics): existing topics are only checked."""
     wanted = durability or {}
     admin = AIOKafkaAdminClient(
         bootstrap_servers=bootstrap.split(","), client_id="mao-memory-admin", **security.options()
@@ -41,7 +43,7 @@ async def ensure_topics(
         for topic in topics:
             if topic in existing and topic in wanted:
                 await _check(admin, topic, wanted[topic])
-        if not missing:
+        if not missing or not create:
             return
         # Another replica may create it between the listing and the request.
         with contextlib.suppress(TopicAlreadyExistsError):
