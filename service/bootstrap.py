@@ -17,6 +17,7 @@ from service.adapters.db.engine import SCHEMA_HEAD, build_engine
 from service.adapters.kafka.dead_letters import DeadLetterPublisher
 from service.adapters.kafka.embedded_broker import EmbeddedBroker
 from service.adapters.kafka.runner import KeyOrderedRunner
+from service.adapters.kafka.security import KafkaConnectionRefused, KafkaSecurity, probe
 from service.adapters.llm_client import LlmClient, StructuredOutput
 from service.adapters.metrics import Metrics
 from service.app.caches import CaptureSwitch, ProjectRecorder
@@ -26,7 +27,8 @@ from service.app.retention import Horizons, RetentionJob, RetentionReport
 from service.config import Settings
 from service.entrypoints.consumer import EventProcessor, Received
 from service.entrypoints.http.app import create_apps
-from service.entrypoints.http.ops import Check
+from service.entrypoints.http.ops import Check, CheckFailed
+from service.entrypoints.kafka_settings import kafka_security
 from service.entrypoints.process import Consumption, Mode, Service
 
 log = structlog.get_logger(__name__)
@@ -139,7 +141,14 @@ def build_consumption(
     if bootstrap is None:
         broker = EmbeddedBroker(settings.embedded_kafka_port)
         bootstrap = broker.bootstrap
-    dead_letters = DeadLetterPublisher(bootstrap, settings.dlq_topic)
+    # The embedded broker (Tansu) speaks PLAINTEXT only and has no idempotent producers.
+    security = kafka_security(settings) if broker is None else KafkaSecurity()
+    dead_letters = DeadLetterPublisher(
+        bootstrap,
+        settings.dlq_topic,
+        security=security,
+        idempotence=settings.kafka_dlq_idempotence and broker is None,
+    )
     llm = build_llm(settings, metrics)
     handler = ExtractionHandler(
         db,
@@ -172,6 +181,7 @@ def build_consumption(
         max_partition_fetch_bytes=8 * 1024 * 1024,
         fetch_max_bytes=8 * 1024 * 1024,
         client_id="mao-memory",
+        **security.options(),
     )
     runner = KeyOrderedRunner(
         consumer,
@@ -181,7 +191,7 @@ def build_consumption(
         max_buffered=settings.max_in_flight * BUFFER_PER_SLOT,
         grace_s=settings.shutdown_grace_s,
     )
-    return Consumption(bootstrap, broker, dead_letters, llm, consolidator, runner)
+    return Consumption(bootstrap, security, broker, dead_letters, llm, consolidator, runner)
 
 
 def build_retention(settings: Settings, db: Database, metrics: Metrics) -> RetentionJob:
@@ -210,7 +220,7 @@ def build_http(
 ) -> tuple[Starlette, Starlette]:
     checks = {"database": _db_check(db)}
     if consumption is not None:
-        checks["broker"] = _broker_check(consumption.dead_letters)
+        checks["broker"] = _broker_check(consumption)
         checks["consumer"] = _consumer_check(consumption.runner)
     return create_apps(settings, metrics, db, capture, include_api=include_api, checks=checks)
 
@@ -225,9 +235,18 @@ def _db_check(db: Database) -> Check:
     return check
 
 
-def _broker_check(dead_letters: DeadLetterPublisher) -> Check:
+def _broker_check(consumption: Consumption) -> Check:
+    """The producer's metadata request; when it fails, one fresh connection says why (a refused
+    certificate or password, nothing listening)."""
+
     async def check() -> bool:
-        return await dead_letters.ping(1.5)
+        if await consumption.dead_letters.ping(1.0):
+            return True
+        try:
+            await probe(consumption.bootstrap, consumption.security, timeout_s=0.8)
+        except KafkaConnectionRefused as exc:
+            raise CheckFailed(str(exc)) from None
+        return False
 
     return check
 

@@ -7,7 +7,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, ValidationInfo, field_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from service.core.model import MAX_MODEL_NAME_CHARS
@@ -45,6 +45,23 @@ class Settings(BaseSettings):
     kafka_partitions: int = Field(default=12, ge=1)
     kafka_session_timeout_ms: int = Field(default=10_000, ge=1_000)
     embedded_kafka_port: int = Field(default=9092, ge=1, le=65535)
+    # Every Kafka client the service opens (docs/operations.md, "Secured Kafka").
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    kafka_sasl_username: str | None = None
+    kafka_sasl_password: SecretStr | None = None
+    # A mounted secret (Kubernetes, compose): the file's content is the password, a final newline cut.
+    kafka_sasl_password_file: Path | None = None
+    kafka_ssl_cafile: str | None = None  # unset: the system's trust store
+    kafka_ssl_certfile: str | None = None
+    kafka_ssl_keyfile: str | None = None
+    kafka_ssl_check_hostname: bool = True
+    # The dead-letter topic: acks=all always; idempotence off only for a broker without it (Tansu).
+    kafka_dlq_idempotence: bool = True
+    kafka_dlq_replication_factor: int | None = Field(default=None, ge=1)  # unset: the broker's default
+    kafka_dlq_min_insync_replicas: int | None = Field(default=None, ge=1)  # unset: the broker's default
+    # Dead letters carry conversations: how long the DLQ topic, when the service creates it, keeps them.
+    kafka_dlq_retention_days: float = Field(default=7.0, gt=0)
 
     http_host: str = "127.0.0.1"
     http_port: int = Field(default=8080, ge=0, le=65535)
@@ -175,6 +192,49 @@ class Settings(BaseSettings):
             raise ValueError(f"must differ from MEMORY_HTTP_PORT ({value})")
         return value
 
+    @field_validator(
+        "kafka_sasl_mechanism",
+        "kafka_sasl_username",
+        "kafka_sasl_password",
+        "kafka_sasl_password_file",
+        "kafka_ssl_cafile",
+        "kafka_ssl_certfile",
+        "kafka_ssl_keyfile",
+        "kafka_dlq_replication_factor",
+        "kafka_dlq_min_insync_replicas",
+        mode="before",
+    )
+    @classmethod
+    def _blank_is_unset(cls, value: object) -> object:
+        """An empty variable (a compose file's `${VAR:-}`) means unset."""
+        return None if value == "" else value
+
+    @model_validator(mode="after")
+    def _kafka_security(self) -> Settings:
+        if self.kafka_sasl_password_file is not None:
+            if self.kafka_sasl_password is not None:
+                raise ValueError(
+                    "set MEMORY_KAFKA_SASL_PASSWORD or MEMORY_KAFKA_SASL_PASSWORD_FILE, not both"
+                )
+            try:
+                text = self.kafka_sasl_password_file.read_text(encoding="utf-8")
+            except OSError as exc:
+                raise ValueError(f"MEMORY_KAFKA_SASL_PASSWORD_FILE unreadable: {exc.strerror}") from None
+            password = text.removesuffix("\n").removesuffix("\r")
+            self.kafka_sasl_password = SecretStr(password) if password else None
+        if self.kafka_security_protocol.startswith("SASL_"):
+            needed = {
+                "MEMORY_KAFKA_SASL_MECHANISM": self.kafka_sasl_mechanism,
+                "MEMORY_KAFKA_SASL_USERNAME": self.kafka_sasl_username,
+                "MEMORY_KAFKA_SASL_PASSWORD": self.kafka_sasl_password,
+            }
+            missing = [name for name, value in needed.items() if not value]
+            if missing:
+                raise ValueError(f"{self.kafka_security_protocol} needs {', '.join(missing)}")
+        if (self.kafka_ssl_certfile is None) != (self.kafka_ssl_keyfile is None):
+            raise ValueError("MEMORY_KAFKA_SSL_CERTFILE and MEMORY_KAFKA_SSL_KEYFILE go together")
+        return self
+
     @field_validator("log_level")
     @classmethod
     def _level(cls, value: str) -> str:
@@ -182,6 +242,10 @@ class Settings(BaseSettings):
         if upper not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
             raise ValueError("must be DEBUG, INFO, WARNING or ERROR")
         return upper
+
+    @property
+    def dlq_retention_ms(self) -> int:
+        return round(self.kafka_dlq_retention_days * 86_400_000)
 
     @property
     def dlq_topic(self) -> str:

@@ -37,7 +37,12 @@ def _load_settings() -> Settings:
     try:
         return Settings(_env_file=dotenv_file())
     except ValidationError as exc:
-        lines = [f"  MEMORY_{'_'.join(str(p) for p in e['loc']).upper()}: {e['msg']}" for e in exc.errors()]
+        lines = [
+            f"  MEMORY_{'_'.join(str(p) for p in e['loc']).upper()}: {e['msg']}"
+            if e["loc"]
+            else f"  {e['msg']}"  # a rule over several settings names them itself
+            for e in exc.errors()
+        ]
         print("mao-memory: invalid configuration\n" + "\n".join(lines), file=sys.stderr)
         raise SystemExit(2) from None
 
@@ -125,11 +130,22 @@ def _dlq(settings: Settings, args: argparse.Namespace) -> None:
     import uvloop
 
     from service.adapters.kafka.replay import Selection, replay_dead_letters
+    from service.adapters.kafka.security import KafkaSecurity
+    from service.entrypoints.kafka_settings import kafka_security
 
     bootstrap = settings.kafka_bootstrap or f"127.0.0.1:{settings.embedded_kafka_port}"
+    embedded = settings.kafka_bootstrap is None
     selection = Selection(args.reason, args.since)
     report = uvloop.run(
-        replay_dead_letters(bootstrap, settings.dlq_topic, settings.kafka_topic, selection, args.dry_run)
+        replay_dead_letters(
+            bootstrap,
+            settings.dlq_topic,
+            settings.kafka_topic,
+            selection,
+            args.dry_run,
+            security=KafkaSecurity() if embedded else kafka_security(settings),
+            idempotence=settings.kafka_dlq_idempotence and not embedded,
+        )
     )
     print(report.as_json(args.dry_run))
 
@@ -180,6 +196,7 @@ def _serve(settings: Settings, args: argparse.Namespace, root: CompositionRoot) 
 
     from service.adapters.db.engine import SchemaNotCurrent
     from service.adapters.kafka.embedded_broker import PortTaken
+    from service.adapters.kafka.security import KafkaConnectionRefused
     from service.entrypoints.process import ConsumerDied, EmbeddedBrokerDied, Mode, serve
 
     async def built_and_served(settings: Settings, mode: Mode) -> None:
@@ -196,7 +213,7 @@ def _serve(settings: Settings, args: argparse.Namespace, root: CompositionRoot) 
         root.configure_logging(settings.log_level)
         try:
             uvloop.run(built_and_served(settings, mode))
-        except (SchemaNotCurrent, PortTaken) as exc:
+        except (SchemaNotCurrent, PortTaken, KafkaConnectionRefused) as exc:
             _fail(str(exc))
         except (EmbeddedBrokerDied, ConsumerDied) as exc:
             _fail(str(exc), code=1)

@@ -27,6 +27,7 @@ from service.adapters.db.engine import SCHEMA_HEAD
 from service.adapters.kafka.dead_letters import DeadLetterPublisher
 from service.adapters.kafka.embedded_broker import EmbeddedBroker
 from service.adapters.kafka.runner import KeyOrderedRunner
+from service.adapters.kafka.security import KafkaSecurity, probe
 from service.adapters.kafka.topics import ensure_topics
 from service.adapters.llm_client import LlmClient
 from service.adapters.metrics import Metrics
@@ -34,6 +35,7 @@ from service.app.caches import CaptureSwitch
 from service.app.consolidation import Consolidator
 from service.app.retention import RetentionJob
 from service.config import Settings
+from service.core.topic_durability import Durability
 from service.entrypoints.consumer import Received
 from service.entrypoints.http.server import ops_server_config, server_config
 
@@ -51,6 +53,7 @@ class Consumption:
     """The consumer side of `run` and `worker`, built and not started: nothing in it has connected."""
 
     bootstrap: str
+    security: KafkaSecurity
     broker: EmbeddedBroker | None  # without MEMORY_KAFKA_BOOTSTRAP: the embedded broker, started here
     dead_letters: DeadLetterPublisher
     llm: LlmClient
@@ -149,16 +152,32 @@ async def _quietly(close: Callable[[], Awaitable[None]]) -> None:
 
 
 async def _start(consumption: Consumption, settings: Settings) -> None:
-    """The embedded broker, the topics (when the service creates them), the dead-letter producer and
-    the model library: after the HTTP server, so /healthz answers while they start."""
+    """The embedded broker, the topics (created when the service creates them, the DLQ's durability
+    checked either way), the dead-letter producer and the model library: after the HTTP server, so
+    /healthz answers while they start."""
     if consumption.broker is not None:
         await consumption.broker.start_async()
-    if settings.kafka_create_topics:
-        await ensure_topics(
-            consumption.bootstrap, [settings.kafka_topic, settings.dlq_topic], settings.kafka_partitions
-        )
+    # One connection first: a refused certificate or password stops the start with its cause.
+    await probe(consumption.bootstrap, consumption.security)
+    log.info("kafka_connected", bootstrap=consumption.bootstrap, security=consumption.security.describe())
+    await ensure_topics(
+        consumption.bootstrap,
+        [settings.kafka_topic, settings.dlq_topic],
+        settings.kafka_partitions,
+        security=consumption.security,
+        durability={settings.dlq_topic: dlq_durability(settings)},
+        create=settings.kafka_create_topics,
+    )
     await consumption.dead_letters.start()
     consumption.llm.load()
+
+
+def dlq_durability(settings: Settings) -> Durability:
+    return Durability(
+        replication_factor=settings.kafka_dlq_replication_factor,
+        min_insync_replicas=settings.kafka_dlq_min_insync_replicas,
+        retention_ms=settings.dlq_retention_ms,
+    )
 
 
 class _Server(uvicorn.Server):

@@ -37,6 +37,8 @@ def service_env(mariadb: MariaDbDatabase, broker: Broker, llm: ScriptedLlm, topi
         "MEMORY_KAFKA_GROUP_ID": f"mao-memory-{topics.events}",
         "MEMORY_KAFKA_PARTITIONS": "4",
         "MEMORY_KAFKA_SESSION_TIMEOUT_MS": "6000",
+        # Tansu has no idempotent producers (InitProducerId fails).
+        "MEMORY_KAFKA_DLQ_IDEMPOTENCE": "false",
         "MEMORY_LLM_API_BASE": llm.api_base,
         "MEMORY_LLM_API_KEY": "test-key",
         "MEMORY_DEFAULT_MODEL": "openai/scripted-default",

@@ -34,9 +34,11 @@ from aiokafka.errors import (
 )
 
 from service.adapters.kafka.record_format import MARKS, header_key_bytes
+from service.adapters.kafka.security import KafkaSecurity
 from service.core.labels import DeadLetterReason
 
 MAX_DLQ_MESSAGE_BYTES = 16 * 1024 * 1024
+PLAINTEXT = KafkaSecurity()
 REASON, ERROR, STUB = "x-dlq-reason", "x-dlq-error", "x-dlq-stub"
 ORIGINAL_TOPIC, ORIGINAL_PARTITION, ORIGINAL_OFFSET = (
     "x-original-topic",
@@ -179,16 +181,29 @@ def _replays(count: str | None) -> int:
 
 class DeadLetterPublisher:
     """The one producer of the dead-letter path, to one topic: the DLQ for the consumer's dead letters,
-    the main topic for a replay. Idempotence stays off: Tansu rejects InitProducerId, the DLQ
-    tolerates a duplicate, and the ledger makes a replayed duplicate a skip."""
+    the main topic for a replay. A publish returns once every in-sync replica has the message
+    (acks=all), since that acknowledgement lets the source offset be committed; idempotence keeps a
+    retried send from writing it twice. A broker without idempotent producers (Tansu rejects
+    InitProducerId) takes `idempotence=False`: the DLQ tolerates a duplicate, and the ledger makes a
+    replayed duplicate a skip."""
 
-    def __init__(self, bootstrap: str, topic: str, max_request_size: int = MAX_DLQ_MESSAGE_BYTES) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        max_request_size: int = MAX_DLQ_MESSAGE_BYTES,
+        *,
+        security: KafkaSecurity = PLAINTEXT,
+        idempotence: bool = False,
+    ) -> None:
         self.topic = topic
         self._producer = AIOKafkaProducer(
             bootstrap_servers=bootstrap.split(","),
-            enable_idempotence=False,
+            acks="all",
+            enable_idempotence=idempotence,
             max_request_size=max_request_size,
             client_id="mao-memory",
+            **security.options(),
         )
         self._started = False
 

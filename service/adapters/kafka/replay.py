@@ -20,6 +20,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
 from service.adapters.kafka import record_reader
 from service.adapters.kafka.dead_letters import (
+    PLAINTEXT,
     REASON,
     STUB,
     DeadLetterPublisher,
@@ -27,6 +28,7 @@ from service.adapters.kafka.dead_letters import (
     header,
     replayed,
 )
+from service.adapters.kafka.security import KafkaSecurity
 
 REPLAY_MAX_REQUEST_BYTES = 1024 * 1024
 
@@ -62,16 +64,32 @@ class ReplayReport:
 
 
 async def replay_dead_letters(
-    bootstrap: str, dlq_topic: str, topic: str, selection: Selection, dry_run: bool
+    bootstrap: str,
+    dlq_topic: str,
+    topic: str,
+    selection: Selection,
+    dry_run: bool,
+    *,
+    security: KafkaSecurity = PLAINTEXT,
+    idempotence: bool = False,
 ) -> ReplayReport:
     report = ReplayReport()
     record_reader.install()
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap.split(","), enable_auto_commit=False, group_id=None
+        bootstrap_servers=bootstrap.split(","),
+        enable_auto_commit=False,
+        group_id=None,
+        **security.options(),
     )
     # The main topic takes events, not dead letters: Kafka's 1 MiB default request size, as the
     # task service's own producer sends them, not the dead-letter topic's 16 MiB.
-    publisher = DeadLetterPublisher(bootstrap, topic, max_request_size=REPLAY_MAX_REQUEST_BYTES)
+    publisher = DeadLetterPublisher(
+        bootstrap,
+        topic,
+        max_request_size=REPLAY_MAX_REQUEST_BYTES,
+        security=security,
+        idempotence=idempotence,
+    )
     await consumer.start()
     await publisher.start()
     try:

@@ -16,6 +16,12 @@ from starlette.routing import Route
 from service.adapters.metrics import Metrics
 
 Check = Callable[[], Awaitable[bool]]
+
+
+class CheckFailed(Exception):
+    """Raised by a check that knows why it fails: /readyz shows the reason beside `fail`."""
+
+
 CHECK_TIMEOUT_S = 2.0
 
 
@@ -23,14 +29,14 @@ REFRESH_EVERY_S = 10.0
 
 
 def ops_routes(metrics: Metrics, checks: dict[str, Check]) -> list[Route]:
-    refreshing: set[asyncio.Task[dict[str, bool]]] = set()
+    refreshing: set[asyncio.Task[dict[str, bool | str]]] = set()
     last_refresh = [0.0]
 
-    async def run_checks() -> dict[str, bool]:
+    async def run_checks() -> dict[str, bool | str]:
         last_refresh[0] = time.monotonic()
         results = await asyncio.gather(*(_run(check) for check in checks.values()))
         status = dict(zip(checks, results, strict=True))
-        metrics.ready.set(1 if all(results) else 0)
+        metrics.ready.set(1 if all(r is True for r in results) else 0)
         return status
 
     def refresh_in_background() -> None:
@@ -48,11 +54,11 @@ def ops_routes(metrics: Metrics, checks: dict[str, Check]) -> list[Route]:
     async def readyz(_: Request) -> JSONResponse:
         """Ready when every dependency (database, broker) answers within two seconds."""
         status = await run_checks()
-        ready = all(status.values())
+        ready = all(v is True for v in status.values())
         return JSONResponse(
             {
                 "status": "ok" if ready else "unavailable",
-                "checks": {k: "ok" if v else "fail" for k, v in status.items()},
+                "checks": {k: _shown(v) for k, v in status.items()},
             },
             status_code=200 if ready else 503,
         )
@@ -69,8 +75,17 @@ def ops_routes(metrics: Metrics, checks: dict[str, Check]) -> list[Route]:
     ]
 
 
-async def _run(check: Check) -> bool:
+async def _run(check: Check) -> bool | str:
+    """True, False, or why the check failed when it says so."""
     try:
         return await asyncio.wait_for(check(), timeout=CHECK_TIMEOUT_S)
+    except CheckFailed as exc:
+        return str(exc)
     except Exception:
         return False
+
+
+def _shown(result: bool | str) -> str:
+    if result is True:
+        return "ok"
+    return f"fail: {result}" if isinstance(result, str) else "fail"
