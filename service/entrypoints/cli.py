@@ -72,14 +72,26 @@ def _parser() -> argparse.ArgumentParser:
     dlq = commands.add_parser("dlq", help="the dead-letter topic").add_subparsers(
         dest="dlq_command", required=True
     )
-    replay_cmd = dlq.add_parser("replay", help="re-publish dead-lettered events to the main topic")
+    replay_cmd = dlq.add_parser(
+        "replay",
+        help="re-publish dead-lettered events to the main topic",
+        description="Re-publish the dead letters not replayed yet to the main topic, each once: the "
+        "consumer group MEMORY_KAFKA_GROUP_ID.dlq-replay[.REASON] remembers how far replays have read. "
+        "Progress on stderr, a JSON summary on stdout.",
+    )
     replay_cmd.add_argument("--reason", help="only this x-dlq-reason, e.g. model_rejected")
     replay_cmd.add_argument(
         "--since", type=_timestamp, help="only messages dead-lettered at or after this RFC 3339 time"
     )
     replay_cmd.add_argument(
-        "--dry-run", action="store_true", help="count what would be replayed, publish nothing"
+        "--dry-run", action="store_true", help="count what would be replayed; publish and commit nothing"
     )
+    replay_cmd.add_argument(
+        "--from-beginning",
+        action="store_true",
+        help="read the topic from its start again, replaying letters earlier runs replayed",
+    )
+    replay_cmd.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     return parser
 
 
@@ -124,14 +136,33 @@ def _dev_token(settings: Settings, args: argparse.Namespace) -> None:
 def _dlq(settings: Settings, args: argparse.Namespace) -> None:
     import uvloop
 
-    from service.adapters.kafka.replay import Selection, replay_dead_letters
-
-    bootstrap = settings.kafka_bootstrap or f"127.0.0.1:{settings.embedded_kafka_port}"
-    selection = Selection(args.reason, args.since)
-    report = uvloop.run(
-        replay_dead_letters(bootstrap, settings.dlq_topic, settings.kafka_topic, selection, args.dry_run)
+    from service.adapters.kafka.replay import (
+        Progress,
+        Replay,
+        ReplayStopped,
+        Selection,
+        replay_dead_letters,
+        replay_group,
     )
-    print(report.as_json(args.dry_run))
+
+    replay = Replay(
+        bootstrap=settings.kafka_bootstrap or f"127.0.0.1:{settings.embedded_kafka_port}",
+        dlq_topic=settings.dlq_topic,
+        topic=settings.kafka_topic,
+        group=replay_group(settings.kafka_group_id, args.reason),
+        selection=Selection(args.reason, args.since),
+        dry_run=args.dry_run,
+        from_beginning=args.from_beginning,
+    )
+    progress = None if args.quiet else Progress(lambda line: print(f"mao-memory: {line}", file=sys.stderr))
+    try:
+        report = uvloop.run(replay_dead_letters(replay, progress))
+    except ReplayStopped as stopped:
+        print(json.dumps(stopped.report.as_dict() | {"stopped": str(stopped)}))
+        _fail(f"dlq replay stopped ({stopped}) after {stopped.report.line()}; run it again", code=1)
+    print(json.dumps(report.as_dict()))
+    if not args.quiet:
+        print(f"mao-memory: dlq replay done: {report.line()} ({replay.group})", file=sys.stderr)
 
 
 def _with_throwaway_credentials(settings: Settings) -> Settings:
