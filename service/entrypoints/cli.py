@@ -55,23 +55,55 @@ def _timestamp(value: str) -> datetime:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mao-memory", description="Long-term memory service for Mao agents")
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("run", help="consumer and HTTP sidecar in one process")
-    commands.add_parser("worker", help="the Kafka consumer only (with /healthz, /readyz, /metrics)")
-    commands.add_parser("api", help="the HTTP sidecar only")
-    commands.add_parser("migrate", help="apply pending schema migrations and exit")
+    commands.add_parser(
+        "run",
+        help="consumer and HTTP sidecar in one process",
+        description="Consume task.finished and serve the HTTP API, the console, /healthz, /readyz and "
+        "/metrics in one process until SIGTERM. Without MEMORY_KAFKA_BOOTSTRAP it starts an embedded "
+        "broker; without MEMORY_JWT_SECRET it prints throwaway credentials. Settings: MEMORY_* "
+        "variables or .env.",
+    )
+    commands.add_parser(
+        "worker",
+        help="the Kafka consumer only (with /healthz, /readyz, /metrics)",
+        description="Consume task.finished until SIGTERM, serving only /healthz, /readyz and /metrics. "
+        "Settings: MEMORY_* variables or .env.",
+    )
+    commands.add_parser(
+        "api",
+        help="the HTTP sidecar only",
+        description="Serve the HTTP API and the console until SIGTERM, consuming nothing. Settings: "
+        "MEMORY_* variables or .env.",
+    )
+    commands.add_parser(
+        "migrate",
+        help="apply pending schema migrations and exit",
+        description="Bring the database at MEMORY_DATABASE_URL to the schema this version needs, then "
+        "say from which revision to which.",
+    )
     commands.add_parser(
         "retention",
         help="one retention run now (expired ledger rows, touch runs, old history); prints figures",
+        description="Delete expired ledger rows, fold touch runs and delete old history once, now, with "
+        "the MEMORY_RETENTION_* horizons; prints what it removed as JSON.",
     )
     token = commands.add_parser(
-        "dev-token", help="print a JWT for a test user, signed with MEMORY_JWT_SECRET"
+        "dev-token",
+        help="print a JWT for a test user, signed with MEMORY_JWT_SECRET",
+        description="Print a JWT for a test user, signed with MEMORY_JWT_SECRET, or with the throwaway "
+        "secret of a `mao-memory run` in this directory.",
     )
     token.add_argument("--user", type=int, required=True, help="the user id (the token's sub)")
     token.add_argument("--admin", action="store_true", help="with memory:read and memory:admin")
     token.add_argument("--hours", type=float, default=12.0, help="lifetime (default 12)")
-    dlq = commands.add_parser("dlq", help="the dead-letter topic").add_subparsers(
-        dest="dlq_command", required=True
-    )
+    _add_dlq(commands)
+    return parser
+
+
+def _add_dlq(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    dlq = commands.add_parser(
+        "dlq", help="the dead-letter topic", description="Commands on the dead-letter topic."
+    ).add_subparsers(dest="dlq_command", required=True)
     replay_cmd = dlq.add_parser(
         "replay",
         help="re-publish dead-lettered events to the main topic",
@@ -92,7 +124,6 @@ def _parser() -> argparse.ArgumentParser:
         help="read the topic from its start again, replaying letters earlier runs replayed",
     )
     replay_cmd.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    return parser
 
 
 def _migrate(settings: Settings, _: argparse.Namespace) -> None:
