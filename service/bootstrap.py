@@ -178,7 +178,7 @@ def build_consumption(
         max_buffered=settings.max_in_flight * BUFFER_PER_SLOT,
         grace_s=settings.shutdown_grace_s,
     )
-    return Consumption(bootstrap, broker, dead_letters, llm, consolidator, runner)
+    return Consumption(bootstrap, broker, dead_letters, llm, consolidator, runner, processor.skips)
 
 
 def build_retention(settings: Settings, db: Database, metrics: Metrics) -> RetentionJob:
