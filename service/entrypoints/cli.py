@@ -10,7 +10,7 @@ import secrets
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, NoReturn, Protocol
+from typing import TYPE_CHECKING, NoReturn, Protocol, TextIO
 
 from pydantic import SecretStr, ValidationError
 
@@ -21,16 +21,20 @@ if TYPE_CHECKING:
     from service.entrypoints.process import Mode, Service
 
 DEV_USER = 1
+# `dlq replay` writes a progress line every this many messages read (and every few seconds).
+REPLAY_PROGRESS_EVERY = 1000
 
 
 class CompositionRoot(Protocol):
     """What the commands that run the service take from `service.bootstrap`, the layer above this one."""
 
-    def configure_logging(self, level: str) -> None: ...
+    def configure_logging(self, level: str, stream: TextIO = sys.stdout) -> None: ...
 
     def build_service(self, settings: Settings, mode: Mode) -> Service: ...
 
-    async def run_retention_once(self, settings: Settings) -> RetentionReport: ...
+    async def run_retention_once(
+        self, settings: Settings, progress: Callable[[RetentionReport], None] | None = None
+    ) -> RetentionReport: ...
 
 
 def _load_settings() -> Settings:
@@ -141,7 +145,17 @@ def _migrate(settings: Settings, _: argparse.Namespace) -> None:
 def _retention(settings: Settings, _: argparse.Namespace, root: CompositionRoot) -> None:
     import uvloop
 
-    print(json.dumps(uvloop.run(root.run_retention_once(settings)).as_dict()))
+    from service.entrypoints.progress import Progress, to_stderr
+
+    root.configure_logging(settings.log_level, sys.stderr)  # stdout is the figures' JSON
+    ticks = Progress(to_stderr)
+
+    def progress(report: RetentionReport) -> None:
+        ticks.tick(report.transactions, lambda: f"retention: {report.line()} so far")
+
+    report = uvloop.run(root.run_retention_once(settings, progress))
+    print(json.dumps(report.as_dict()))
+    to_stderr(f"retention done in {report.duration_s:.1f} s: {report.line()}")
 
 
 def _dev_token(settings: Settings, args: argparse.Namespace) -> None:
@@ -168,13 +182,14 @@ def _dlq(settings: Settings, args: argparse.Namespace) -> None:
     import uvloop
 
     from service.adapters.kafka.replay import (
-        Progress,
         Replay,
+        ReplayReport,
         ReplayStopped,
         Selection,
         replay_dead_letters,
         replay_group,
     )
+    from service.entrypoints.progress import Progress, to_stderr
 
     replay = Replay(
         bootstrap=settings.kafka_bootstrap or f"127.0.0.1:{settings.embedded_kafka_port}",
@@ -185,15 +200,19 @@ def _dlq(settings: Settings, args: argparse.Namespace) -> None:
         dry_run=args.dry_run,
         from_beginning=args.from_beginning,
     )
-    progress = None if args.quiet else Progress(lambda line: print(f"mao-memory: {line}", file=sys.stderr))
+    ticks = Progress(to_stderr, every=REPLAY_PROGRESS_EVERY)
+
+    def progress(report: ReplayReport) -> None:
+        ticks.tick(report.read, lambda: f"dlq replay: {report.line()} so far")
+
     try:
-        report = uvloop.run(replay_dead_letters(replay, progress))
+        report = uvloop.run(replay_dead_letters(replay, None if args.quiet else progress))
     except ReplayStopped as stopped:
         print(json.dumps(stopped.report.as_dict() | {"stopped": str(stopped)}))
         _fail(f"dlq replay stopped ({stopped}) after {stopped.report.line()}; run it again", code=1)
     print(json.dumps(report.as_dict()))
     if not args.quiet:
-        print(f"mao-memory: dlq replay done: {report.line()} ({replay.group})", file=sys.stderr)
+        to_stderr(f"dlq replay done: {report.line()} ({replay.group})")
 
 
 def _with_throwaway_credentials(settings: Settings) -> Settings:

@@ -16,14 +16,15 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from service.adapters.kafka.replay import (
-    Progress,
     Replay,
+    ReplayReport,
     ReplayStopped,
     Selection,
     replay_dead_letters,
     replay_group,
 )
 from service.adapters.kafka.topics import ensure_topics
+from service.entrypoints.progress import Progress
 from tests.conftest import eventually
 from tests.contract.test_cli import cli
 from tests.integration.test_dlq_replay import read_all
@@ -170,15 +171,16 @@ async def test_a_replay_killed_midway_loses_no_letter_and_repeats_at_most_one(re
 async def test_a_long_replay_reports_progress(replay: Replay) -> None:
     await dead_letters(replay.bootstrap, replay.dlq_topic, ["model_rejected"] * 25)
     lines: list[str] = []
+    ticks = Progress(lines.append, every=10, every_s=3600)
 
-    await replay_dead_letters(replay, Progress(lines.append, every_records=10, every_s=3600))
-    assert lines == [
-        "dlq replay: read 10, replayed 10, skipped 0 so far",
-        "dlq replay: read 20, replayed 20, skipped 0 so far",
-    ]
-    quiet: list[str] = []
-    await replay_dead_letters(replay, Progress(quiet.append, every_records=10, every_s=3600))
-    assert quiet == []  # nothing left to read
+    def progress(report: ReplayReport) -> None:
+        ticks.tick(report.read, report.line)
+
+    await replay_dead_letters(replay, progress)
+    assert lines == ["read 10, replayed 10, skipped 0", "read 20, replayed 20, skipped 0"]
+    lines.clear()
+    await replay_dead_letters(replay, progress)
+    assert lines == []  # nothing left to read
 
 
 async def test_the_command_prints_json_on_stdout_and_progress_on_stderr(replay: Replay) -> None:

@@ -16,7 +16,6 @@ replayed without one. The ledger still makes a replayed event that was already a
 from __future__ import annotations
 
 import contextlib
-import time
 from collections import Counter
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
@@ -36,9 +35,6 @@ from service.adapters.kafka.dead_letters import (
 )
 
 REPLAY_MAX_REQUEST_BYTES = 1024 * 1024
-# A progress line on a long replay: after this many messages read, or this many seconds.
-PROGRESS_EVERY_RECORDS = 1000
-PROGRESS_EVERY_S = 5.0
 # Why a message read was not replayed.
 OTHER_REASON, BEFORE_SINCE, STUB_ONLY = "other_reason", "before_since", "stub"
 
@@ -102,28 +98,6 @@ class ReplayStopped(Exception):
         self.report = report
 
 
-class Progress:
-    """A line on a long replay, every `every_records` messages read or every `every_s` seconds."""
-
-    def __init__(
-        self,
-        write: Callable[[str], None],
-        every_records: int = PROGRESS_EVERY_RECORDS,
-        every_s: float = PROGRESS_EVERY_S,
-    ) -> None:
-        self._write = write
-        self._every_records = every_records
-        self._every_s = every_s
-        self._last_read = 0
-        self._last_at = time.monotonic()
-
-    def tick(self, report: ReplayReport) -> None:
-        now = time.monotonic()
-        if report.read - self._last_read >= self._every_records or now - self._last_at >= self._every_s:
-            self._write(f"dlq replay: {report.line()} so far")
-            self._last_read, self._last_at = report.read, now
-
-
 @dataclass(frozen=True, slots=True)
 class Replay:
     """What one `dlq replay` run does."""
@@ -137,8 +111,11 @@ class Replay:
     from_beginning: bool = False
 
 
-async def replay_dead_letters(replay: Replay, progress: Progress | None = None) -> ReplayReport:
-    """Raises `ReplayStopped` (carrying the report so far) when the broker fails a publish or a commit."""
+async def replay_dead_letters(
+    replay: Replay, progress: Callable[[ReplayReport], None] | None = None
+) -> ReplayReport:
+    """`progress` is called after each message read. Raises `ReplayStopped` (carrying the report so
+    far) when the broker fails a publish or a commit."""
     report = ReplayReport(replay.group, replay.dry_run)
     record_reader.install()
     consumer = AIOKafkaConsumer(
@@ -161,7 +138,7 @@ async def replay_dead_letters(replay: Replay, progress: Progress | None = None) 
                     await consumer.commit({tp: record.offset + 1})
                 done[tp] = record.offset + 1
                 if progress is not None:
-                    progress.tick(report)
+                    progress(report)
         if done and not replay.dry_run:
             await consumer.commit(done)  # past the letters skipped since the last replayed one
     except KafkaError as exc:
