@@ -132,9 +132,10 @@ def _add_dlq(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 def _migrate(settings: Settings, _: argparse.Namespace) -> None:
     from service.adapters.db.engine import SCHEMA_HEAD, current_revision, upgrade_schema
+    from service.entrypoints.progress import to_stderr
 
     before = current_revision(settings.database_url)
-    upgrade_schema(settings.database_url)
+    upgrade_schema(settings.database_url, applied=lambda rev: to_stderr(f"migrate: revision {rev} applied"))
     head = SCHEMA_HEAD
     if before == head:
         print(f"mao-memory: schema already at revision {head}")
