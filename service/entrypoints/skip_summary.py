@@ -41,6 +41,7 @@ class SkipSummary:
 
     async def every(self, interval_s: float = SKIP_SUMMARY_S) -> None:
         """Flush every `interval_s` until cancelled, and once more then."""
+        self._since = time.monotonic()  # `seconds` counts from here: the service's start-up is not in it
         try:
             while True:
                 await asyncio.sleep(interval_s)
