@@ -3,6 +3,7 @@ how far it read, a dry run commits nothing, and a commit the broker fails repeat
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import os
@@ -133,10 +134,16 @@ async def test_a_commit_the_broker_fails_repeats_that_letter_only(replay: Replay
         await member.getmany(timeout_ms=2000)
         with pytest.raises(ReplayStopped) as stopped:
             await replay_dead_letters(replay)
+        stopped_run = await asyncio.to_thread(cli, "dlq", "replay", "--quiet", **cli_env(replay))
     finally:
         await member.stop()
     assert stopped.value.report.replayed == 1  # republished and acknowledged, its commit refused
-    assert await replayed_ns(replay.bootstrap, replay.topic) == Counter([0])
+
+    # The command says so in one line, with the summary so far, and exits non-zero.
+    assert stopped_run.returncode == 1 and json.loads(stopped_run.stdout)["replayed"] == 1
+    [said] = [line for line in stopped_run.stderr.splitlines() if not line.startswith("OffsetCommit failed")]
+    assert said.startswith("mao-memory: dlq replay stopped (CommitFailedError: ") and "run it again" in said
+    assert await replayed_ns(replay.bootstrap, replay.topic) == Counter([0, 0])
 
     # Tansu keeps the stopped member in the group, so the group's position is read, not resumed: no
     # commit, so the next run starts again at the letter already republished.

@@ -94,7 +94,8 @@ class ReplayStopped(Exception):
     most the message in flight, which the next run replays again."""
 
     def __init__(self, report: ReplayReport, error: BaseException) -> None:
-        super().__init__(f"{type(error).__name__}: {error}")
+        # One line: some of aiokafka's messages are paragraphs.
+        super().__init__(f"{type(error).__name__}: {' '.join(str(error).split())}"[:300])
         self.report = report
 
 
