@@ -18,6 +18,8 @@ def run_migrations_online() -> None:
             target_metadata=metadata,
             render_as_batch=connection.dialect.name == "sqlite",
             compare_type=True,
+            # Set by `upgrade_schema` for `migrate`'s line per applied revision.
+            on_version_apply=config.attributes.get("on_version_apply"),
         )
         with context.begin_transaction():
             context.run_migrations()

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Callable
 from datetime import timedelta
+from typing import TextIO
 
 import structlog
 from aiokafka import AIOKafkaConsumer
@@ -38,15 +40,16 @@ log = structlog.get_logger(__name__)
 BUFFER_PER_SLOT = 8
 
 
-def configure_logging(level: str) -> None:
+def configure_logging(level: str, stream: TextIO = sys.stdout) -> None:
     """One JSON line per record on stdout, the service's own and its libraries' (uvicorn, Alembic,
-    aiokafka through the standard `logging`) alike, so a log reader never meets a plain-text line."""
+    aiokafka through the standard `logging`) alike, so a log reader never meets a plain-text line.
+    A command whose stdout is its result logs on stderr."""
     stamp = structlog.processors.TimeStamper(fmt="iso", utc=True)
     render: list[structlog.typing.Processor] = [
         structlog.processors.format_exc_info,
         structlog.processors.JSONRenderer(ensure_ascii=False),
     ]
-    libraries = logging.StreamHandler(sys.stdout)
+    libraries = logging.StreamHandler(stream)
     libraries.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             foreign_pre_chain=[structlog.stdlib.add_logger_name, structlog.stdlib.add_log_level, stamp],
@@ -62,7 +65,7 @@ def configure_logging(level: str) -> None:
             *render,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level)),
-        logger_factory=structlog.PrintLoggerFactory(),
+        logger_factory=structlog.PrintLoggerFactory(stream),
         cache_logger_on_first_use=True,
     )
     # Alembic's context lines come with every `migrate`.
@@ -191,7 +194,7 @@ def build_consumption(
         max_buffered=settings.max_in_flight * BUFFER_PER_SLOT,
         grace_s=settings.shutdown_grace_s,
     )
-    return Consumption(bootstrap, security, broker, dead_letters, llm, consolidator, runner)
+    return Consumption(bootstrap, security, broker, dead_letters, llm, consolidator, runner, processor.skips)
 
 
 def build_retention(settings: Settings, db: Database, metrics: Metrics) -> RetentionJob:
@@ -202,10 +205,12 @@ def build_retention(settings: Settings, db: Database, metrics: Metrics) -> Reten
     return RetentionJob(db, metrics, horizons)
 
 
-async def run_retention_once(settings: Settings) -> RetentionReport:
+async def run_retention_once(
+    settings: Settings, progress: Callable[[RetentionReport], None] | None = None
+) -> RetentionReport:
     db = build_database(settings)
     try:
-        return await build_retention(settings, db, Metrics()).run_once()
+        return await build_retention(settings, db, Metrics()).run_once(progress)
     finally:
         await db.dispose()
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
@@ -53,15 +53,25 @@ class RetentionReport:
     def as_dict(self) -> dict[str, object]:
         return {k: round(v, 3) if isinstance(v, float) else v for k, v in asdict(self).items()}
 
+    def line(self) -> str:
+        return (
+            f"{self.ledger_deleted} ledger rows deleted, {self.touches_folded} touches folded, "
+            f"{self.history_purged} history rows purged, {self.users_scanned} users scanned, "
+            f"{self.transactions} transactions"
+        )
+
 
 class RetentionJob:
     def __init__(self, db: Database, metrics: Metrics, horizons: Horizons) -> None:
         self._db = db
         self._metrics = metrics
         self._horizons = horizons
+        self._progress: Callable[[RetentionReport], None] = _no_progress
 
-    async def run_once(self) -> RetentionReport:
+    async def run_once(self, progress: Callable[[RetentionReport], None] | None = None) -> RetentionReport:
+        """`progress` is called after each of the run's write transactions (the command's progress lines)."""
         report = RetentionReport()
+        self._progress = progress or _no_progress
         started = time.perf_counter()
         now = self._db.now()
         try:
@@ -124,6 +134,7 @@ class RetentionJob:
                 keys = await repo.expired_ledger_keys(cutoff, LEDGER_BATCH)
                 deleted = await repo.delete_ledger(keys) if keys else 0
             report.ledger_deleted += deleted
+            self._progress(report)
             self._metrics.retention_removed.labels(RetentionKind.LEDGER_EXPIRED).inc(deleted)
             if len(keys) < LEDGER_BATCH:
                 return
@@ -157,6 +168,7 @@ class RetentionJob:
                 async with self._timed(report) as repo:
                     folded = sum([await repo.apply_fold(f) for f in folds])
                 report.touches_folded += folded
+                self._progress(report)
                 self._metrics.retention_removed.labels(RetentionKind.TOUCHES_FOLDED).inc(folded)
             if final:
                 break
@@ -168,7 +180,12 @@ class RetentionJob:
             async with self._timed(report) as repo:
                 purged = await repo.purge_history(user_id, gone[start : start + PURGE_CHUNK])
             report.history_purged += purged
+            self._progress(report)
             self._metrics.retention_removed.labels(RetentionKind.DELETED_MEMORY_HISTORY).inc(purged)
+
+
+def _no_progress(_: RetentionReport) -> None:
+    pass
 
 
 async def _sleep_unless_stopped(stop: asyncio.Event, seconds: float) -> None:

@@ -10,7 +10,7 @@ import secrets
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, NoReturn, Protocol
+from typing import TYPE_CHECKING, NoReturn, Protocol, TextIO
 
 from pydantic import SecretStr, ValidationError
 
@@ -21,16 +21,20 @@ if TYPE_CHECKING:
     from service.entrypoints.process import Mode, Service
 
 DEV_USER = 1
+# `dlq replay` writes a progress line every this many messages read (and every few seconds).
+REPLAY_PROGRESS_EVERY = 1000
 
 
 class CompositionRoot(Protocol):
     """What the commands that run the service take from `service.bootstrap`, the layer above this one."""
 
-    def configure_logging(self, level: str) -> None: ...
+    def configure_logging(self, level: str, stream: TextIO = sys.stdout) -> None: ...
 
     def build_service(self, settings: Settings, mode: Mode) -> Service: ...
 
-    async def run_retention_once(self, settings: Settings) -> RetentionReport: ...
+    async def run_retention_once(
+        self, settings: Settings, progress: Callable[[RetentionReport], None] | None = None
+    ) -> RetentionReport: ...
 
 
 def _load_settings() -> Settings:
@@ -60,39 +64,83 @@ def _timestamp(value: str) -> datetime:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mao-memory", description="Long-term memory service for Mao agents")
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("run", help="consumer and HTTP sidecar in one process")
-    commands.add_parser("worker", help="the Kafka consumer only (with /healthz, /readyz, /metrics)")
-    commands.add_parser("api", help="the HTTP sidecar only")
-    commands.add_parser("migrate", help="apply pending schema migrations and exit")
+    commands.add_parser(
+        "run",
+        help="consumer and HTTP sidecar in one process",
+        description="Consume task.finished and serve the HTTP API, the console, /healthz, /readyz and "
+        "/metrics in one process until SIGTERM. Without MEMORY_KAFKA_BOOTSTRAP it starts an embedded "
+        "broker; without MEMORY_JWT_SECRET it prints throwaway credentials. Settings: MEMORY_* "
+        "variables or .env.",
+    )
+    commands.add_parser(
+        "worker",
+        help="the Kafka consumer only (with /healthz, /readyz, /metrics)",
+        description="Consume task.finished until SIGTERM, serving only /healthz, /readyz and /metrics. "
+        "Settings: MEMORY_* variables or .env.",
+    )
+    commands.add_parser(
+        "api",
+        help="the HTTP sidecar only",
+        description="Serve the HTTP API and the console until SIGTERM, consuming nothing. Settings: "
+        "MEMORY_* variables or .env.",
+    )
+    commands.add_parser(
+        "migrate",
+        help="apply pending schema migrations and exit",
+        description="Bring the database at MEMORY_DATABASE_URL to the schema this version needs, then "
+        "say from which revision to which.",
+    )
     commands.add_parser(
         "retention",
         help="one retention run now (expired ledger rows, touch runs, old history); prints figures",
+        description="Delete expired ledger rows, fold touch runs and delete old history once, now, with "
+        "the MEMORY_RETENTION_* horizons; prints what it removed as JSON.",
     )
     token = commands.add_parser(
-        "dev-token", help="print a JWT for a test user, signed with MEMORY_JWT_SECRET"
+        "dev-token",
+        help="print a JWT for a test user, signed with MEMORY_JWT_SECRET",
+        description="Print a JWT for a test user, signed with MEMORY_JWT_SECRET, or with the throwaway "
+        "secret of a `mao-memory run` in this directory.",
     )
     token.add_argument("--user", type=int, required=True, help="the user id (the token's sub)")
     token.add_argument("--admin", action="store_true", help="with memory:read and memory:admin")
     token.add_argument("--hours", type=float, default=12.0, help="lifetime (default 12)")
-    dlq = commands.add_parser("dlq", help="the dead-letter topic").add_subparsers(
-        dest="dlq_command", required=True
+    _add_dlq(commands)
+    return parser
+
+
+def _add_dlq(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    dlq = commands.add_parser(
+        "dlq", help="the dead-letter topic", description="Commands on the dead-letter topic."
+    ).add_subparsers(dest="dlq_command", required=True)
+    replay_cmd = dlq.add_parser(
+        "replay",
+        help="re-publish dead-lettered events to the main topic",
+        description="Re-publish the dead letters not replayed yet to the main topic, each once: the "
+        "consumer group MEMORY_KAFKA_GROUP_ID.dlq-replay[.REASON] remembers how far replays have read. "
+        "Progress on stderr, a JSON summary on stdout.",
     )
-    replay_cmd = dlq.add_parser("replay", help="re-publish dead-lettered events to the main topic")
     replay_cmd.add_argument("--reason", help="only this x-dlq-reason, e.g. model_rejected")
     replay_cmd.add_argument(
         "--since", type=_timestamp, help="only messages dead-lettered at or after this RFC 3339 time"
     )
     replay_cmd.add_argument(
-        "--dry-run", action="store_true", help="count what would be replayed, publish nothing"
+        "--dry-run", action="store_true", help="count what would be replayed; publish and commit nothing"
     )
-    return parser
+    replay_cmd.add_argument(
+        "--from-beginning",
+        action="store_true",
+        help="read the topic from its start again, replaying letters earlier runs replayed",
+    )
+    replay_cmd.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
 
 def _migrate(settings: Settings, _: argparse.Namespace) -> None:
     from service.adapters.db.engine import SCHEMA_HEAD, current_revision, upgrade_schema
+    from service.entrypoints.progress import to_stderr
 
     before = current_revision(settings.database_url)
-    upgrade_schema(settings.database_url)
+    upgrade_schema(settings.database_url, applied=lambda rev: to_stderr(f"migrate: revision {rev} applied"))
     head = SCHEMA_HEAD
     if before == head:
         print(f"mao-memory: schema already at revision {head}")
@@ -103,7 +151,17 @@ def _migrate(settings: Settings, _: argparse.Namespace) -> None:
 def _retention(settings: Settings, _: argparse.Namespace, root: CompositionRoot) -> None:
     import uvloop
 
-    print(json.dumps(uvloop.run(root.run_retention_once(settings)).as_dict()))
+    from service.entrypoints.progress import Progress, to_stderr
+
+    root.configure_logging(settings.log_level, sys.stderr)  # stdout is the figures' JSON
+    ticks = Progress(to_stderr)
+
+    def progress(report: RetentionReport) -> None:
+        ticks.tick(report.transactions, lambda: f"retention: {report.line()} so far")
+
+    report = uvloop.run(root.run_retention_once(settings, progress))
+    print(json.dumps(report.as_dict()))
+    to_stderr(f"retention done in {report.duration_s:.1f} s: {report.line()}")
 
 
 def _dev_token(settings: Settings, args: argparse.Namespace) -> None:
@@ -129,25 +187,43 @@ def _dev_token(settings: Settings, args: argparse.Namespace) -> None:
 def _dlq(settings: Settings, args: argparse.Namespace) -> None:
     import uvloop
 
-    from service.adapters.kafka.replay import Selection, replay_dead_letters
+    from service.adapters.kafka.replay import (
+        Replay,
+        ReplayReport,
+        ReplayStopped,
+        Selection,
+        replay_dead_letters,
+        replay_group,
+    )
     from service.adapters.kafka.security import KafkaSecurity
     from service.entrypoints.kafka_settings import kafka_security
+    from service.entrypoints.progress import Progress, to_stderr
 
-    bootstrap = settings.kafka_bootstrap or f"127.0.0.1:{settings.embedded_kafka_port}"
     embedded = settings.kafka_bootstrap is None
-    selection = Selection(args.reason, args.since)
-    report = uvloop.run(
-        replay_dead_letters(
-            bootstrap,
-            settings.dlq_topic,
-            settings.kafka_topic,
-            selection,
-            args.dry_run,
-            security=KafkaSecurity() if embedded else kafka_security(settings),
-            idempotence=settings.kafka_dlq_idempotence and not embedded,
-        )
+    replay = Replay(
+        bootstrap=settings.kafka_bootstrap or f"127.0.0.1:{settings.embedded_kafka_port}",
+        dlq_topic=settings.dlq_topic,
+        topic=settings.kafka_topic,
+        group=replay_group(settings.kafka_group_id, args.reason),
+        selection=Selection(args.reason, args.since),
+        dry_run=args.dry_run,
+        from_beginning=args.from_beginning,
+        security=KafkaSecurity() if embedded else kafka_security(settings),
+        idempotence=settings.kafka_dlq_idempotence and not embedded,
     )
-    print(report.as_json(args.dry_run))
+    ticks = Progress(to_stderr, every=REPLAY_PROGRESS_EVERY)
+
+    def progress(report: ReplayReport) -> None:
+        ticks.tick(report.read, lambda: f"dlq replay: {report.line()} so far")
+
+    try:
+        report = uvloop.run(replay_dead_letters(replay, None if args.quiet else progress))
+    except ReplayStopped as stopped:
+        print(json.dumps(stopped.report.as_dict() | {"stopped": str(stopped)}))
+        _fail(f"dlq replay stopped ({stopped}) after {stopped.report.line()}; run it again", code=1)
+    print(json.dumps(report.as_dict()))
+    if not args.quiet:
+        to_stderr(f"dlq replay done: {report.line()} ({replay.group})")
 
 
 def _with_throwaway_credentials(settings: Settings) -> Settings:

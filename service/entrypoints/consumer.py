@@ -7,7 +7,7 @@ import logging
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import NamedTuple, TypeAlias
 
 import structlog
@@ -37,6 +37,7 @@ from service.core.events import MAX_EVENT_BYTES, TaskFinishedEvent, Undecodable,
 from service.core.failure_budget import Failure, FailureBudget
 from service.core.labels import DeadLetterReason, ProcessingPath
 from service.core.outcomes import Outcome
+from service.entrypoints.skip_summary import SkipSummary
 
 log = structlog.get_logger(__name__)
 
@@ -47,9 +48,6 @@ MAX_BACKOFF_S = 30.0
 OUTAGE_BACKOFF = Backoff(0.5, cap=MAX_BACKOFF_S, jitter=1.0)
 # The poll loop waits for the batch's cache warm-up at most this long; the slow path covers the rest.
 WARM_TIMEOUT_S = 1.0
-
-# Skipped events are summed up in one INFO line per this many seconds.
-SKIP_SUMMARY_S = 60.0
 
 # Called once an extraction is committed; must return at once (consolidation runs in the background).
 AfterCommit = Callable[[Extracted], None]
@@ -107,8 +105,8 @@ class EventProcessor:
         # Bound once: resolving a label per event costs the skip path more than counting does.
         self._outcomes = {outcome: metrics.events.labels(outcome.value) for outcome in Outcome}
         self._debug = logging.getLogger().isEnabledFor(logging.DEBUG)  # skips are too many to log otherwise
-        self._skips: Counter[Outcome] = Counter()
-        self._skips_since = time.monotonic()
+        # Its timer belongs to the consumer's lifetime (`service.entrypoints.process`).
+        self.skips = SkipSummary()
 
     async def prepare(self, records: list[ConsumerRecord[bytes, bytes]]) -> list[Received]:
         """Decode a fetched batch, read its users' capture switches in one round trip, and decide
@@ -137,7 +135,7 @@ class EventProcessor:
             for received in finished:
                 if received.fast is not None:
                     self._log_skip_debug(received, received.fast, 0.0)
-        self._count_skips(counts)
+        self.skips.add(counts)
 
     async def __call__(self, received: Received) -> None:
         started = time.perf_counter()
@@ -166,7 +164,7 @@ class EventProcessor:
     def _log_skip(self, received: Received, outcome: Outcome, elapsed: float) -> None:
         if self._debug:
             self._log_skip_debug(received, outcome, elapsed)
-        self._count_skips({outcome: 1})
+        self.skips.add({outcome: 1})
 
     def _log_skip_debug(self, received: Received, outcome: Outcome, elapsed: float) -> None:
         log.debug(
@@ -175,17 +173,6 @@ class EventProcessor:
             outcome=outcome.value,
             ms=round(elapsed * 1000, 1),
         )
-
-    def _count_skips(self, counts: Mapping[Outcome, int]) -> None:
-        """At INFO, a count of skips by outcome once a minute (capture off is the first thing a
-        newcomer meets, and the skip path is too hot for a line per event); DEBUG has one per skip."""
-        self._skips.update(counts)
-        now = time.monotonic()
-        if now - self._skips_since >= SKIP_SUMMARY_S:
-            summary = {outcome.value: n for outcome, n in self._skips.items()}
-            log.info("events_skipped", seconds=round(now - self._skips_since), **summary)
-            self._skips.clear()
-            self._skips_since = now
 
     async def _handle(self, record: Record, event: TaskFinishedEvent) -> tuple[Outcome, Extracted | None]:
         """A database or model outage is waited out (offsets stay put); a request the model rejects

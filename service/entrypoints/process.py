@@ -38,6 +38,7 @@ from service.config import Settings
 from service.core.topic_durability import Durability
 from service.entrypoints.consumer import Received
 from service.entrypoints.http.server import ops_server_config, server_config
+from service.entrypoints.skip_summary import SKIP_SUMMARY_S, SkipSummary
 
 log = structlog.get_logger(__name__)
 
@@ -59,6 +60,7 @@ class Consumption:
     llm: LlmClient
     consolidator: Consolidator
     runner: KeyOrderedRunner[Received]
+    skips: SkipSummary  # the processor's, written by a timer while the consumer runs
 
 
 @dataclass(frozen=True)
@@ -116,7 +118,7 @@ async def serve(service: Service) -> None:
         housekeeping = await stack.enter_async_context(_Housekeeping(service, stop))
         consumer_task = None
         if consumption is not None:
-            consumer_task = await stack.enter_async_context(_consuming(consumption.runner, stop))
+            consumer_task = await stack.enter_async_context(_consuming(consumption, stop))
         stack.callback(stop.set)
         log.info(
             "service_started",
@@ -199,15 +201,17 @@ async def _serving(config: uvicorn.Config) -> AsyncIterator[asyncio.Task[None]]:
 
 
 @contextlib.asynccontextmanager
-async def _consuming(
-    runner: KeyOrderedRunner[Received], stop: asyncio.Event
-) -> AsyncIterator[asyncio.Task[None]]:
-    """The consumer's task; its end (a death included) is waited for once `stop` is set."""
-    task = asyncio.create_task(runner.run(stop))
+async def _consuming(consumption: Consumption, stop: asyncio.Event) -> AsyncIterator[asyncio.Task[None]]:
+    """The consumer's task, and the skip summary's timer beside it; the consumer's end (a death
+    included) is waited for once `stop` is set, then the timer is cancelled, writing the last counts."""
+    task = asyncio.create_task(consumption.runner.run(stop))
+    summary = asyncio.create_task(consumption.skips.every(SKIP_SUMMARY_S))
     try:
         yield task
     finally:
         await asyncio.gather(task, return_exceptions=True)
+        summary.cancel()
+        await asyncio.gather(summary, return_exceptions=True)
 
 
 class _Housekeeping:

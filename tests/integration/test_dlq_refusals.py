@@ -17,7 +17,7 @@ from aiokafka.errors import KafkaConnectionError, TopicAuthorizationFailedError
 
 from service.adapters.db.database import Database
 from service.adapters.kafka.dead_letters import DeadLetterPublisher, Headers, header
-from service.adapters.kafka.replay import Selection, replay_dead_letters
+from service.adapters.kafka.replay import Replay, replay_dead_letters
 from service.adapters.kafka.topics import ensure_topics
 from service.adapters.metrics import Metrics
 from service.core.events import decode_event
@@ -67,7 +67,7 @@ async def test_a_dead_letter_too_large_for_the_dlq_is_published_as_a_stub(
     assert headers["traceparent"] == "00-ff" and stub.key == b"k-1"
     assert metrics.dead_letters.labels("payload_too_large")._value.get() == 1
 
-    report = await replay_dead_letters(broker.bootstrap, dlq, topic, Selection(), dry_run=False)
+    report = await replay_dead_letters(Replay(broker.bootstrap, dlq, topic, "g.dlq-replay"))
     assert (report.read, report.replayed, report.stubs) == (1, 0, 1)
     assert await read_all(broker.bootstrap, topic) == []
 

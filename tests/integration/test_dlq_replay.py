@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -11,7 +12,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPa
 
 from service.adapters.db.database import Database
 from service.adapters.kafka.dead_letters import DeadLetterPublisher
-from service.adapters.kafka.replay import Selection, replay_dead_letters
+from service.adapters.kafka.replay import Replay, Selection, replay_dead_letters
 from service.adapters.kafka.topics import ensure_topics
 from service.adapters.metrics import Metrics
 from service.core.events import decode_event
@@ -73,19 +74,21 @@ async def test_a_rejected_event_is_dead_lettered_then_replayed_and_extracted_onc
         assert await ledger(mysql_db, payload["eventId"]) == []
 
         since = datetime.now(UTC) - timedelta(minutes=5)
-        dry = await replay_dead_letters(
-            broker.bootstrap, dlq, topic, Selection("model_rejected", since), True
-        )
+        group = f"g-{uuid.uuid4().hex[:8]}.dlq-replay"
+        replay = Replay(broker.bootstrap, dlq, topic, group, Selection("model_rejected", since), dry_run=True)
+        dry = await replay_dead_letters(replay)
         assert (dry.read, dry.replayed) == (1, 1) and len(await read_all(broker.bootstrap, topic)) == 1
-        other = await replay_dead_letters(broker.bootstrap, dlq, topic, Selection("schema"), False)
+        other = await replay_dead_letters(
+            Replay(broker.bootstrap, dlq, topic, f"{group}.schema", Selection("schema"))
+        )
         assert other.replayed == 0
 
         llm.script(f"m{user_id}", [{"type": "user", "content": "修好设置之后记住的事实"}])  # fixed
-        for _ in range(2):  # replaying twice is harmless
-            report = await replay_dead_letters(
-                broker.bootstrap, dlq, topic, Selection("model_rejected"), False
-            )
-            assert report.replayed == 1
+        replay = Replay(broker.bootstrap, dlq, topic, group, Selection("model_rejected"))
+        assert (await replay_dead_letters(replay)).replayed == 1
+        assert (await replay_dead_letters(replay)).replayed == 0  # each letter once
+        again = await replay_dead_letters(dataclasses.replace(replay, from_beginning=True))
+        assert again.replayed == 1  # replaying twice on purpose is harmless
         _, first, second = await read_all(broker.bootstrap, topic)
         replayed = {k: v.decode() for k, v in first.headers}
         assert first.key == b"7" and first.value == original.value

@@ -1,11 +1,11 @@
-"""One log line per event outcome, with the event's coordinates; skips summed up once a minute."""
+"""One log line per event outcome, with the event's coordinates; skips summed up on a timer."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any, cast
 
-import pytest
 from aiokafka import ConsumerRecord
 from structlog.testing import capture_logs
 
@@ -15,7 +15,6 @@ from service.adapters.metrics import Metrics
 from service.app.caches import CaptureSwitch
 from service.core.events import decode_event
 from service.core.outcomes import Outcome
-from service.entrypoints import consumer
 from service.entrypoints.consumer import EventProcessor, Received
 from tests.conftest import event_payload, said
 from tests.integration.conftest import HandlerFactory
@@ -35,7 +34,6 @@ async def test_extractions_dead_letters_and_skips_each_say_what_happened_to_whic
     make_handler: HandlerFactory,
     llm: ScriptedLlm,
     user_id: int,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     await set_capture(mysql_db, user_id)
     await set_capture(mysql_db, user_id + 1, enabled=False)
@@ -49,13 +47,15 @@ async def test_extractions_dead_letters_and_skips_each_say_what_happened_to_whic
     extracted = received(event_payload(user_id, 11, lastUserMessage=said(f"m{user_id}")), 100)
     broken = received(b"{not json", 102)
     [skipped] = await processor.prepare([received(event_payload(user_id + 1, 12), 101).record])
-    monkeypatch.setattr(consumer, "SKIP_SUMMARY_S", 0.0)
 
     with capture_logs() as logs:
+        timer = asyncio.create_task(processor.skips.every(0.2))
         await processor(extracted)
         assert skipped.fast is Outcome.SKIPPED_CAPTURE_OFF
         processor.taken([skipped])
         await processor(broken)
+        await asyncio.sleep(0.3)  # no event after the skip: the timer writes it
+        timer.cancel()
 
     [done] = [e for e in logs if e["event"] == "event_processed"]
     assert done["outcome"] == "extracted" and done["ms"] > 0

@@ -15,7 +15,7 @@ import pytest
 
 from service.adapters.db.database import Database
 from service.adapters.kafka.dead_letters import REASON, header
-from service.adapters.kafka.replay import Selection, replay_dead_letters
+from service.adapters.kafka.replay import Replay, Selection, replay_dead_letters
 from service.adapters.metrics import Metrics
 from service.app.caches import CaptureSwitch
 from service.entrypoints.process import ConsumerDied, _until_stopped
@@ -94,7 +94,7 @@ async def test_a_record_without_a_value_stays_without_one_through_the_dlq_and_a_
     assert letter.value is None and header(letter.headers, REASON) == "empty"
 
     report = await replay_dead_letters(
-        broker.bootstrap, pipeline.dlq, pipeline.topic, Selection("empty"), False
+        Replay(broker.bootstrap, pipeline.dlq, pipeline.topic, "g.dlq-replay", Selection("empty"))
     )
     assert report.replayed == 1
     assert await pipeline.settled({0: placed[0][1] + 2})

@@ -361,3 +361,22 @@ async def test_a_run_over_100k_ledger_and_50k_history_rows(fresh_db: Database) -
     OUTPUT.mkdir(exist_ok=True)
     (OUTPUT / f"retention-{figures['dialect']}.json").write_text(json.dumps(figures, indent=2))
     print(json.dumps(figures))
+
+
+async def test_a_run_reports_its_progress_after_each_transaction(
+    any_db: Database, user_id: int, clock: ManualClock
+) -> None:
+    memories = MemoryService(any_db, CaptureSwitch(any_db, 0), RobotKeys())
+    for i in range(3):
+        await memories.delete(
+            user_id, (await memories.create(user_id, Scope.USER, f"删掉的第{i}条", None)).id
+        )
+    clock.advance(timedelta(days=400))
+    seen: list[tuple[int, int]] = []
+
+    report = await job(any_db).run_once(lambda r: seen.append((r.transactions, r.history_purged)))
+
+    assert [t for t, _ in seen] == list(range(1, report.transactions + 1))  # after each one
+    assert seen == sorted(seen) and seen[-1] == (report.transactions, report.history_purged)
+    assert report.history_purged >= 6
+    assert "history rows purged" in report.line()

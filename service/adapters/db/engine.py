@@ -6,6 +6,7 @@ revision with one query against `SCHEMA_HEAD`, and Alembic (with Mako) would add
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -162,9 +163,16 @@ class SchemaNotCurrent(Exception):
         self.wanted = wanted
 
 
-def upgrade_schema(url: str, revision: str = "head") -> None:
+def upgrade_schema(url: str, revision: str = "head", applied: Callable[[str], None] | None = None) -> None:
     """Apply every pending migration (up to `revision`); a no-op when the schema is current, so safe
-    to re-run."""
+    to re-run. `applied` is called with each revision as it is applied (`migrate`'s progress)."""
     from alembic import command
 
-    command.upgrade(_alembic(url), revision)
+    config = _alembic(url)
+    if applied is not None:
+
+        def on_version_apply(*, step: Any, **_: Any) -> None:
+            applied(str(step.up_revision_id))
+
+        config.attributes["on_version_apply"] = on_version_apply
+    command.upgrade(config, revision)
