@@ -60,6 +60,7 @@ def cli_env(replay: Replay) -> dict[str, str]:
         "MEMORY_KAFKA_BOOTSTRAP": replay.bootstrap,
         "MEMORY_KAFKA_TOPIC": replay.topic,
         "MEMORY_KAFKA_GROUP_ID": replay.group.removesuffix(".dlq-replay"),
+        "MEMORY_KAFKA_DLQ_IDEMPOTENCE": "false",  # Tansu has no idempotent producers
     }
 
 
@@ -207,3 +208,18 @@ async def test_the_command_prints_json_on_stdout_and_progress_on_stderr(replay: 
     assert again.stderr.splitlines() == [
         f"mao-memory: dlq replay done: read 0, replayed 0, skipped 0 ({replay.group})"
     ]
+
+
+async def test_a_broker_refusing_the_idempotent_producer_stops_the_replay_in_one_line(replay: Replay) -> None:
+    """Tansu refuses InitProducerId, as a cluster without idempotence would: nothing is read or
+    committed, and the command says why in one line, not a traceback."""
+    await dead_letters(replay.bootstrap, replay.dlq_topic, ["model_rejected"] * 3)
+    refused = cli("dlq", "replay", "--quiet", **(cli_env(replay) | {"MEMORY_KAFKA_DLQ_IDEMPOTENCE": "true"}))
+    assert refused.returncode == 1
+    assert json.loads(refused.stdout)["read"] == 0
+    [said] = [line for line in refused.stderr.splitlines() if line.startswith("mao-memory:")]
+    assert (
+        said.startswith("mao-memory: dlq replay stopped (UnknownError") and "Traceback" not in refused.stderr
+    )
+    run = cli("dlq", "replay", "--quiet", **cli_env(replay))
+    assert json.loads(run.stdout)["replayed"] == 3

@@ -141,7 +141,11 @@ async def replay_dead_letters(
         idempotence=replay.idempotence,
     )
     await consumer.start()
-    await publisher.start()
+    try:
+        await publisher.start()
+    except KafkaError as exc:  # refused idempotence (InitProducerId), authentication, …: one line
+        await consumer.stop()
+        raise ReplayStopped(report, exc) from exc
     try:
         done: dict[TopicPartition, int] = {}
         async with contextlib.aclosing(_until_end(consumer, replay)) as records:
