@@ -257,7 +257,14 @@ def _broker_check(consumption: Consumption) -> Check:
 
 
 def _consumer_check(runner: KeyOrderedRunner[Received]) -> Check:
-    async def check() -> bool:
-        return runner.alive
+    """Down when the consumer is; ready, with a note, while it reads a re-created log again."""
+
+    async def check() -> bool | str:
+        if not runner.alive:
+            return False
+        if runner.catching_up:
+            again = ", ".join(str(tp.partition) for tp in sorted(runner.catching_up))
+            return f"reading partition {again} again from its start: its log was re-created"
+        return True
 
     return check

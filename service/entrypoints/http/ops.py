@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import Request
@@ -15,7 +16,8 @@ from starlette.routing import Route
 
 from service.adapters.metrics import Metrics
 
-Check = Callable[[], Awaitable[bool]]
+# A check answers True (ready), False (not ready), or ready with a note for /readyz to show.
+Check = Callable[[], Awaitable[bool | str]]
 
 
 class CheckFailed(Exception):
@@ -29,14 +31,14 @@ REFRESH_EVERY_S = 10.0
 
 
 def ops_routes(metrics: Metrics, checks: dict[str, Check]) -> list[Route]:
-    refreshing: set[asyncio.Task[dict[str, bool | str]]] = set()
+    refreshing: set[asyncio.Task[dict[str, Verdict]]] = set()
     last_refresh = [0.0]
 
-    async def run_checks() -> dict[str, bool | str]:
+    async def run_checks() -> dict[str, Verdict]:
         last_refresh[0] = time.monotonic()
         results = await asyncio.gather(*(_run(check) for check in checks.values()))
         status = dict(zip(checks, results, strict=True))
-        metrics.ready.set(1 if all(r is True for r in results) else 0)
+        metrics.ready.set(1 if all(r.ready for r in results) else 0)
         return status
 
     def refresh_in_background() -> None:
@@ -54,11 +56,11 @@ def ops_routes(metrics: Metrics, checks: dict[str, Check]) -> list[Route]:
     async def readyz(_: Request) -> JSONResponse:
         """Ready when every dependency (database, broker) answers within two seconds."""
         status = await run_checks()
-        ready = all(v is True for v in status.values())
+        ready = all(v.ready for v in status.values())
         return JSONResponse(
             {
                 "status": "ok" if ready else "unavailable",
-                "checks": {k: _shown(v) for k, v in status.items()},
+                "checks": {k: v.shown() for k, v in status.items()},
             },
             status_code=200 if ready else 503,
         )
@@ -75,17 +77,21 @@ def ops_routes(metrics: Metrics, checks: dict[str, Check]) -> list[Route]:
     ]
 
 
-async def _run(check: Check) -> bool | str:
-    """True, False, or why the check failed when it says so."""
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    ready: bool
+    why: str = ""  # a failed check's reason, or a ready one's note
+
+    def shown(self) -> str:
+        said = "ok" if self.ready else "fail"
+        return f"{said}: {self.why}" if self.why else said
+
+
+async def _run(check: Check) -> Verdict:
     try:
-        return await asyncio.wait_for(check(), timeout=CHECK_TIMEOUT_S)
+        result = await asyncio.wait_for(check(), timeout=CHECK_TIMEOUT_S)
     except CheckFailed as exc:
-        return str(exc)
+        return Verdict(False, str(exc))
     except Exception:
-        return False
-
-
-def _shown(result: bool | str) -> str:
-    if result is True:
-        return "ok"
-    return f"fail: {result}" if isinstance(result, str) else "fail"
+        return Verdict(False)
+    return Verdict(True, result) if isinstance(result, str) else Verdict(result)

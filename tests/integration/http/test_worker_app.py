@@ -6,25 +6,44 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
+from aiokafka import TopicPartition
 
 from service.bootstrap import build_service
-from service.entrypoints.process import Mode
+from service.entrypoints.process import Mode, Service
 from tests.integration.http.conftest import settings_over
 from tests.support.processes import MariaDbDatabase
 from tests.support.tokens import INTERNAL, bearer, token
 
 
 @pytest.fixture
-async def worker_http(mariadb: MariaDbDatabase) -> AsyncIterator[httpx.AsyncClient]:
+async def worker(mariadb: MariaDbDatabase) -> AsyncIterator[Service]:
     # Nothing listens on the broker's address: the broker check fails.
     service = build_service(settings_over(mariadb, kafka_bootstrap="127.0.0.1:9"), Mode.WORKER)
-    transport = httpx.ASGITransport(app=service.http)
-    async with httpx.AsyncClient(transport=transport, base_url="http://worker") as client:
-        yield client
+    yield service
     assert service.consumption is not None
     await service.consumption.runner.close()
     await service.consumption.dead_letters.stop()
     await service.db.dispose()
+
+
+@pytest.fixture
+async def worker_http(worker: Service) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=worker.http)
+    async with httpx.AsyncClient(transport=transport, base_url="http://worker") as client:
+        yield client
+
+
+async def test_a_consumer_reading_a_re_created_log_again_is_ready_with_a_note(
+    worker: Service, worker_http: httpx.AsyncClient
+) -> None:
+    assert worker.consumption is not None
+    runner = worker.consumption.runner
+    runner.alive, runner.catching_up = True, {TopicPartition("t", 3): 40, TopicPartition("t", 1): 7}
+    checks = (await worker_http.get("/readyz")).json()["checks"]
+    assert checks["consumer"] == "ok: reading partition 1, 3 again from its start: its log was re-created"
+    runner.catching_up = {}
+    assert (await worker_http.get("/readyz")).json()["checks"]["consumer"] == "ok"
+    runner.alive = False
 
 
 async def test_the_ops_routes_answer(worker_http: httpx.AsyncClient) -> None:
