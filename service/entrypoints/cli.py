@@ -84,15 +84,39 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _migrate(settings: Settings, _: argparse.Namespace) -> None:
+    from sqlalchemy.exc import DBAPIError
+
     from service.adapters.db.engine import SCHEMA_HEAD, current_revision, upgrade_schema
 
-    before = current_revision(settings.database_url)
-    upgrade_schema(settings.database_url)
+    try:
+        before = current_revision(settings.database_url)
+        upgrade_schema(settings.database_url)
+    except DBAPIError as exc:
+        _fail(_unreachable(settings.database_url, exc), code=1)
     head = SCHEMA_HEAD
     if before == head:
         print(f"mao-memory: schema already at revision {head}")
     else:
         print(f"mao-memory: schema migrated from {before or 'nothing'} to revision {head}")
+
+
+def _unreachable(url: str, exc: BaseException) -> str:
+    """One line for a database `migrate` cannot use, instead of the driver's traceback; a missing
+    database gets the statement that creates it (the schema's collation is the migrations' own)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import DBAPIError
+
+    from service.adapters.db.errors import error_code
+
+    parts = make_url(url)
+    where = f"{parts.host or 'localhost'}:{parts.port or 3306}"
+    if error_code(exc) == ("mysql", 1049):
+        return (
+            f'database "{parts.database}" does not exist on {where}; create it with: '
+            f"CREATE DATABASE `{parts.database}` CHARACTER SET utf8mb4"
+        )
+    cause = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
+    return f"cannot use the database on {where}: {cause}"
 
 
 def _retention(settings: Settings, _: argparse.Namespace, root: CompositionRoot) -> None:

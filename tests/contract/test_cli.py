@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import uuid
 from pathlib import Path
 
 import jwt
@@ -13,17 +14,19 @@ from starlette.requests import Request
 
 from service.config import Settings
 from service.entrypoints.http.auth import Authenticator
+from tests.support.processes import ROOT, MariaDbDatabase, free_port
 
 SECRET = "cli-secret-cli-secret-cli-secret-0123456789"
 
 
 def cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     """The command line in a child process, on the suite's environment (tests/conftest.py) plus `env`,
-    in an empty directory: no `.env`, no local run's throwaway credentials."""
+    in an empty directory: no `.env`, no local run's throwaway credentials. The checkout's `service`
+    is imported (PYTHONPATH), not whichever one the environment has installed."""
     with tempfile.TemporaryDirectory() as cwd:
         return subprocess.run(
             [sys.executable, "-m", "service.main", *args],
-            env={**os.environ, **env},
+            env={**os.environ, "PYTHONPATH": str(ROOT), **env},
             cwd=cwd,
             capture_output=True,
             text=True,
@@ -60,3 +63,21 @@ def test_migrate_says_what_it_did(tmp_path: Path) -> None:
     assert first.returncode == second.returncode == 0, first.stderr
     assert "schema migrated from nothing to revision" in first.stdout
     assert "schema already at revision" in second.stdout
+
+
+def test_migrate_on_a_missing_database_says_how_to_create_it(mariadb: MariaDbDatabase) -> None:
+    server = mariadb.server
+    missing = f"mm_missing_{uuid.uuid4().hex[:8]}"
+    made = cli("migrate", MEMORY_DATABASE_URL=server.url(missing))
+    assert made.returncode == 1 and made.stdout == ""
+    assert made.stderr.splitlines() == [
+        f'mao-memory: database "{missing}" does not exist on {server.host}:{server.port}; create it '
+        f"with: CREATE DATABASE `{missing}` CHARACTER SET utf8mb4"
+    ]
+
+
+def test_migrate_on_an_unreachable_server_says_so_in_one_line() -> None:
+    port = free_port()
+    made = cli("migrate", MEMORY_DATABASE_URL=f"mysql+aiomysql://root@127.0.0.1:{port}/mm")
+    assert made.returncode == 1 and len(made.stderr.splitlines()) == 1
+    assert made.stderr.startswith(f"mao-memory: cannot use the database on 127.0.0.1:{port}: (2003")
