@@ -76,6 +76,8 @@ def build_service(settings: Settings, mode: Mode) -> Service:
     db = build_database(settings)
     capture = CaptureSwitch(db, settings.capture_cache_ttl_s)
     consumption = None if mode is Mode.API else build_consumption(settings, metrics, db, capture)
+    # `api` mode calls the model only to check a model before it is set.
+    llm = consumption.llm if consumption is not None else build_llm(settings, metrics)
     periodic = mode is not Mode.API and settings.retention_interval_hours > 0
     return Service(
         settings=settings,
@@ -83,8 +85,11 @@ def build_service(settings: Settings, mode: Mode) -> Service:
         metrics=metrics,
         db=db,
         capture=capture,
-        http=build_http(settings, metrics, db, capture, consumption, include_api=mode is not Mode.WORKER),
+        http=build_http(
+            settings, metrics, db, capture, consumption, llm, include_api=mode is not Mode.WORKER
+        ),
         consumption=consumption,
+        llm=llm,
         retention=build_retention(settings, db, metrics) if periodic else None,
     )
 
@@ -203,13 +208,14 @@ def build_http(
     db: Database,
     capture: CaptureSwitch,
     consumption: Consumption | None,
+    llm: LlmClient,
     include_api: bool,
 ) -> Starlette:
     checks = {"database": _db_check(db)}
     if consumption is not None:
         checks["broker"] = _broker_check(consumption.dead_letters)
         checks["consumer"] = _consumer_check(consumption.runner)
-    return create_app(settings, metrics, db, capture, include_api=include_api, checks=checks)
+    return create_app(settings, metrics, db, capture, llm, include_api=include_api, checks=checks)
 
 
 def _db_check(db: Database) -> Check:

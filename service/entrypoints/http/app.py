@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from service.adapters.db.database import Database
     from service.adapters.metrics import Metrics
     from service.app.caches import CaptureSwitch
+    from service.app.ports import ModelCheck
     from service.config import Settings
 
 
@@ -26,6 +27,7 @@ def create_app(
     metrics: Metrics,
     db: Database,
     capture: CaptureSwitch,
+    model_check: ModelCheck,
     include_api: bool,
     checks: dict[str, Check],
 ) -> Starlette:
@@ -33,7 +35,7 @@ def create_app(
     if include_api:
         from service.entrypoints.http.api_app import create_api_app
 
-        app: Starlette = create_api_app(settings, db, capture, routes)
+        app: Starlette = create_api_app(settings, db, capture, model_check, routes)
     else:
         app = Starlette(routes=routes)
         # A redirect to the slash-less path would be built from the Host header, which the client
