@@ -80,6 +80,7 @@ def _parser() -> argparse.ArgumentParser:
     replay_cmd.add_argument(
         "--dry-run", action="store_true", help="count what would be replayed, publish nothing"
     )
+    _add_settings_parser(commands)
     return parser
 
 
@@ -109,7 +110,8 @@ def _unreachable(url: str, exc: BaseException) -> str:
     from service.adapters.db.errors import error_code
 
     parts = make_url(url)
-    where = f"{parts.host or 'localhost'}:{parts.port or 3306}"
+    sqlite = parts.get_backend_name() == "sqlite"
+    where = parts.database if sqlite else f"{parts.host or 'localhost'}:{parts.port or 3306}"
     if error_code(exc) == ("mysql", 1049):
         return (
             f'database "{parts.database}" does not exist on {where}; create it with: '
@@ -156,6 +158,97 @@ def _dlq(settings: Settings, args: argparse.Namespace) -> None:
         replay_dead_letters(bootstrap, settings.dlq_topic, settings.kafka_topic, selection, args.dry_run)
     )
     print(report.as_json(args.dry_run))
+
+
+# --- `mao-memory settings get | set-model MODEL [--probe]`: the extraction model (D10) -------------
+
+
+def _add_settings_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    settings_cmd = commands.add_parser(
+        "settings", help="read or set the extraction model, as the admin page does"
+    ).add_subparsers(dest="settings_command", required=True)
+    settings_cmd.add_parser(
+        "get",
+        help="print the extraction model, the effective one, and the events dead-lettered as "
+        "model_rejected since it was set (JSON)",
+    )
+    set_model = settings_cmd.add_parser(
+        "set-model",
+        help="set the extraction model; a name litellm maps to no provider is refused (exit 1)",
+    )
+    set_model.add_argument(
+        "model", help='a litellm model name, such as openai/gpt-4o-mini; "" for the default'
+    )
+    set_model.add_argument(
+        "--probe", action="store_true", help="make one tiny call to the model first; refuse it if that fails"
+    )
+
+
+def _settings(settings: Settings, args: argparse.Namespace) -> None:
+    """Through the same checks as `PUT /api/v1/admin/memory/settings`; the answer is JSON on stdout,
+    a refusal one line on stderr. Log lines go to stderr, so stdout stays parseable."""
+    import structlog
+    import uvloop
+    from sqlalchemy.exc import DBAPIError
+
+    from service.app.model_setting import ModelRefused
+
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+    try:
+        print(json.dumps(uvloop.run(_settings_command(settings, args)), ensure_ascii=False))
+    except ModelRefused as exc:
+        _fail(str(exc), code=1)
+    except DBAPIError as exc:
+        _fail(_unreachable(settings.database_url, exc), code=1)
+
+
+async def _settings_command(settings: Settings, args: argparse.Namespace) -> dict[str, object]:
+    from service.adapters.db.database import Database
+    from service.adapters.db.engine import build_engine
+    from service.adapters.llm_client import LlmClient
+    from service.adapters.metrics import Metrics
+    from service.app.model_setting import ModelSetting, ModelSettingView
+
+    def shown(view: ModelSettingView) -> dict[str, object]:
+        tally = view.rejections
+        rejections = (
+            None
+            if tally is None
+            else {
+                "count": tally.count,
+                "lastErrorKind": tally.kind,
+                "lastError": tally.error,
+                "lastAt": tally.at.isoformat(),
+            }
+        )
+        return {
+            "extractionModelId": view.configured,
+            "effectiveModel": view.effective,
+            "rejections": rejections,
+        }
+
+    db = Database(build_engine(settings.database_url, 1))
+    key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
+    llm = LlmClient(
+        Metrics(),
+        settings.llm_api_base,
+        key,
+        settings.llm_timeout_s,
+        0,
+        0.0,
+        reasoning_effort=settings.llm_reasoning_effort,
+        reasoning_tokens=settings.llm_reasoning_tokens,
+        defer_import=True,
+    )
+    model = ModelSetting(db, llm, settings.default_model, settings.llm_timeout_s)
+    try:
+        if args.settings_command == "get":
+            return shown(await model.view())
+        previous, view = await model.set(args.model, args.probe)
+        return {"previous": previous, **shown(view)}
+    finally:
+        await llm.stop()
+        await db.dispose()
 
 
 def _with_throwaway_credentials(settings: Settings) -> Settings:
@@ -230,6 +323,7 @@ COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], None]] = {
     "migrate": _migrate,
     "dev-token": _dev_token,
     "dlq": _dlq,
+    "settings": _settings,
 }
 # The commands that build the service from the composition root.
 SERVICE_COMMANDS: dict[str, Callable[[Settings, argparse.Namespace, CompositionRoot], None]] = {
