@@ -36,9 +36,9 @@ def rejection_kind(status: int | None) -> str:
 def counted(previous: Rejections | None, model: str, kind: str, error: str, at: datetime) -> Rejections:
     """The tally after one more rejection of `model`. A tally of another model (the setting changed
     while that model's last events were still in flight) starts over: the page speaks of the model
-    in use."""
+    in use. The error is kept without the kind it may begin with ("HTTP 404 …")."""
     before = previous.count if previous is not None and previous.model == model else 0
-    return Rejections(model, before + 1, kind, error[:MAX_ERROR_CHARS], at)
+    return Rejections(model, before + 1, kind, error.removeprefix(f"{kind} ")[:MAX_ERROR_CHARS], at)
 
 
 def shown(tally: Rejections | None, effective_model: str) -> Rejections | None:

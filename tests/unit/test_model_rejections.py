@@ -22,6 +22,7 @@ def test_a_rejection_of_the_same_model_adds_one_and_of_another_starts_over() -> 
     second = counted(first, "openai/a", "HTTP 400", "bad request", AT)
     assert (second.count, second.kind, second.error) == (2, "HTTP 400", "bad request")
     assert counted(second, "openai/b", "HTTP 401", "bad key", AT).count == 1
+    assert counted(None, "openai/a", "HTTP 404", "HTTP 404 not found", AT).error == "not found"
 
 
 def test_only_the_effective_models_tally_is_shown() -> None:
