@@ -1,5 +1,5 @@
-"""`mao-memory run | worker | api | migrate | retention | dev-token | dlq replay`: the commands, given
-the composition root by `service.main`, the console script."""
+"""`mao-memory run | worker | api | migrate | retention | dev-token | dlq replay | settings`: the
+commands, given the composition root by `service.main`, the console script."""
 
 from __future__ import annotations
 
@@ -203,29 +203,14 @@ def _settings(settings: Settings, args: argparse.Namespace) -> None:
 
 
 async def _settings_command(settings: Settings, args: argparse.Namespace) -> dict[str, object]:
+    import structlog
+
     from service.adapters.db.database import Database
     from service.adapters.db.engine import build_engine
     from service.adapters.llm_client import LlmClient
     from service.adapters.metrics import Metrics
-    from service.app.model_setting import ModelSetting, ModelSettingView
-
-    def shown(view: ModelSettingView) -> dict[str, object]:
-        tally = view.rejections
-        rejections = (
-            None
-            if tally is None
-            else {
-                "count": tally.count,
-                "lastErrorKind": tally.kind,
-                "lastError": tally.error,
-                "lastAt": tally.at.isoformat(),
-            }
-        )
-        return {
-            "extractionModelId": view.configured,
-            "effectiveModel": view.effective,
-            "rejections": rejections,
-        }
+    from service.app.model_setting import ModelSetting
+    from service.entrypoints.http.api_models import ExtractionModelView
 
     db = Database(build_engine(settings.database_url, 1))
     key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
@@ -243,9 +228,17 @@ async def _settings_command(settings: Settings, args: argparse.Namespace) -> dic
     model = ModelSetting(db, llm, settings.default_model, settings.llm_timeout_s)
     try:
         if args.settings_command == "get":
-            return shown(await model.view())
+            return ExtractionModelView.of(await model.view())
         previous, view = await model.set(args.model, args.probe)
-        return {"previous": previous, **shown(view)}
+        structlog.get_logger("mao_memory.audit").info(
+            "admin_setting_changed",
+            caller="cli",
+            setting="memory.extractionModelId",
+            old=previous,
+            new=args.model,
+            probed=args.probe,
+        )
+        return {"previous": previous, **ExtractionModelView.of(view)}
     finally:
         await llm.stop()
         await db.dispose()

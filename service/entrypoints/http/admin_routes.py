@@ -8,7 +8,7 @@ import structlog
 from fastapi import APIRouter, Query
 
 from service.app.memories import MemoryService
-from service.app.model_setting import ModelRefused, ModelSetting, ModelSettingView
+from service.app.model_setting import ModelRefused, ModelSetting
 from service.core.events import BIGINT_MAX
 from service.entrypoints.http.api_models import (
     ExtractionModelSetting,
@@ -16,7 +16,6 @@ from service.entrypoints.http.api_models import (
     ExtractionUsage,
     HistoryItem,
     MemoryPage,
-    ModelRejections,
 )
 from service.entrypoints.http.auth import Admin, Reader
 from service.entrypoints.http.envelope import ApiError, Envelope, error_responses, ok
@@ -24,14 +23,6 @@ from service.entrypoints.http.memory_routes import MemoryId, PageParams, page_da
 
 audit_log = structlog.get_logger("mao_memory.audit")
 TargetUser = Annotated[int, Query(alias="userId", ge=1, le=BIGINT_MAX)]
-
-
-def _view(view: ModelSettingView) -> dict[str, Any]:
-    return {
-        "extractionModelId": view.configured,
-        "effectiveModel": view.effective,
-        "rejections": ModelRejections.of(view.rejections),
-    }
 
 
 def admin_router(service: MemoryService, model: ModelSetting) -> APIRouter:
@@ -68,7 +59,7 @@ def admin_router(service: MemoryService, model: ModelSetting) -> APIRouter:
     async def get_model_setting(admin: Reader) -> dict[str, Any]:
         """The extraction model (`memory.extractionModelId`, D10), and `rejections`: the events
         dead-lettered as `model_rejected` since it was set (null when none); needs `memory:read`."""
-        return ok(_view(await model.view()))
+        return ok(ExtractionModelView.of(await model.view()))
 
     @router.put("/settings", response_model=Envelope[ExtractionModelView], responses=error_responses(413))
     async def put_model_setting(admin: Admin, body: ExtractionModelSetting) -> dict[str, Any]:
@@ -87,6 +78,6 @@ def admin_router(service: MemoryService, model: ModelSetting) -> APIRouter:
             new=body.extraction_model_id,
             probed=body.probe,
         )
-        return ok(_view(view))
+        return ok(ExtractionModelView.of(view))
 
     return router

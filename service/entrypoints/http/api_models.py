@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, WithJsonSchema, model_validator
 from pydantic.alias_generators import to_camel
 
+from service.app.model_setting import ModelSettingView
 from service.core.injection_prompt import MemoryHint
 from service.core.model import MAX_MANUAL_CONTENT_CHARS, MAX_MODEL_NAME_CHARS, MAX_PROJECT_KEY_CHARS
 from service.core.model_rejections import Rejections
@@ -160,6 +161,15 @@ class ExtractionModelView(CamelModel):
     extraction_model_id: ModelName
     effective_model: str
     rejections: ModelRejections | None = None
+
+    @classmethod
+    def of(cls, view: ModelSettingView) -> dict[str, Any]:
+        """The answer of both settings routes and of `mao-memory settings`."""
+        return {
+            "extractionModelId": view.configured,
+            "effectiveModel": view.effective,
+            "rejections": ModelRejections.of(view.rejections),
+        }
 
 
 class CaptureSetting(CamelModel):
