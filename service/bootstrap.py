@@ -81,8 +81,12 @@ def build_service(settings: Settings, mode: Mode) -> Service:
     db = build_database(settings)
     capture = CaptureSwitch(db, settings.capture_cache_ttl_s)
     consumption = None if mode is Mode.API else build_consumption(settings, metrics, db, capture)
+    # `api` mode calls the model only to check a model before it is set.
+    llm = consumption.llm if consumption is not None else build_llm(settings, metrics)
     periodic = mode is not Mode.API and settings.retention_interval_hours > 0
-    http, ops = build_http(settings, metrics, db, capture, consumption, include_api=mode is not Mode.WORKER)
+    http, ops = build_http(
+        settings, metrics, db, capture, consumption, llm, include_api=mode is not Mode.WORKER
+    )
     return Service(
         settings=settings,
         mode=mode,
@@ -92,6 +96,7 @@ def build_service(settings: Settings, mode: Mode) -> Service:
         http=http,
         ops=ops,
         consumption=consumption,
+        llm=llm,
         retention=build_retention(settings, db, metrics) if periodic else None,
     )
 
@@ -221,13 +226,14 @@ def build_http(
     db: Database,
     capture: CaptureSwitch,
     consumption: Consumption | None,
+    llm: LlmClient,
     include_api: bool,
 ) -> tuple[Starlette, Starlette]:
     checks = {"database": _db_check(db)}
     if consumption is not None:
         checks["broker"] = _broker_check(consumption)
         checks["consumer"] = _consumer_check(consumption.runner)
-    return create_apps(settings, metrics, db, capture, include_api=include_api, checks=checks)
+    return create_apps(settings, metrics, db, capture, llm, include_api=include_api, checks=checks)
 
 
 def _db_check(db: Database) -> Check:

@@ -82,6 +82,9 @@ class Settings(BaseSettings):
     jwt_previous_secret: SecretStr | None = None  # still accepted while tokens signed with it expire
     jwt_issuer: str | None = None
     jwt_audience: str | None = None
+    # Clock skew forgiven on exp, nbf and iat: an identity provider's clock a little ahead of this
+    # host's must not make every fresh token "not valid yet".
+    jwt_leeway_s: float = Field(default=30.0, ge=0, le=300)
     internal_token: SecretStr | None = None
 
     default_model: str = Field(default="openai/gpt-4o-mini", min_length=1, max_length=MAX_MODEL_NAME_CHARS)

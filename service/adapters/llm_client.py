@@ -43,6 +43,7 @@ from service.adapters.structured_output import (
     response_format,
 )
 from service.core.backoff import Backoff
+from service.core.labels import LlmPurpose, LlmResult
 
 __all__ = [
     "AnswerShape",
@@ -58,6 +59,9 @@ __all__ = [
 # or this many calls of the model, whichever comes first.
 MODE_RETRY_S = 600.0
 MODE_RETRY_CALLS = 100
+
+# A probe's answer: a word is enough to show the model answers (`probe`).
+PROBE_SHAPE = AnswerShape("probe", {}, max_tokens=8)
 
 # Room for a reasoning model's hidden reasoning on top of the answer cap (`MEMORY_LLM_REASONING_TOKENS`).
 DEFAULT_REASONING_TOKENS = 4096
@@ -210,6 +214,34 @@ class LlmClient:
                 chosen = StructuredOutput.JSON_SCHEMA if schema else StructuredOutput.JSON_OBJECT
             self._modes[model] = chosen
         return self._modes[model]
+
+    def provider_problem(self, model: str) -> str | None:
+        """Why litellm cannot route `model` (no provider it knows, as it resolves the name for a call
+        with this API base), or None. `openai/<anything>` passes: only a call tells a model the
+        server does not serve."""
+        try:
+            self._litellm.get_llm_provider(model=model, api_base=self._api_base)
+        except Exception as exc:
+            # litellm's message is several lines with an ANSI-coloured link; its first line says it.
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            return f"litellm maps {model!r} to no provider ({first.removeprefix('litellm.')})"
+        return None
+
+    async def probe(self, model: str, timeout_s: float) -> None:
+        """One tiny call to `model` before it is set, raising LlmError if it does not answer. It
+        stays outside the breaker, the retries and the structured-output modes: it is about a model
+        no event uses yet, and one try within `timeout_s` is the answer."""
+        call = _Call(LlmPurpose.PROBE, model, [{"role": "user", "content": "Reply: OK"}], PROBE_SHAPE)
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._once(call, StructuredOutput.OFF)
+        except Exception as exc:
+            error = exc if isinstance(exc, LlmError) else classify(exc)
+            self._metrics.llm_calls.labels(call.purpose, error.kind).inc()
+            if error is exc:
+                raise
+            raise error from exc
+        self._metrics.llm_calls.labels(call.purpose, LlmResult.OK).inc()
 
     async def complete(
         self,

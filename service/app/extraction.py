@@ -27,6 +27,7 @@ from service.core.extraction_prompt import ANSWER_SCHEMA, build_extraction_messa
 from service.core.filters import Skip, input_skip, trigger_skip
 from service.core.labels import LlmPurpose, LlmResult
 from service.core.model import DismissedBy, Source, Status
+from service.core.model_rejections import rejection_kind
 from service.core.outcomes import SKIP_OUTCOMES, Outcome
 from service.core.persist_plan import (
     Demote,
@@ -222,6 +223,7 @@ class ExtractionHandler:
                     overtaken=exc.overtaken,
                     timed_out=exc.kind == "timeout" and exc.status is None,
                 ) from exc
+            await self._count_rejection(model, exc)
             raise ModelRejected(exc.detail) from exc
 
         usable, result = _read_answer(answer)
@@ -235,6 +237,19 @@ class ExtractionHandler:
             return Outcome.FAILED, None, True  # the model answered, but nothing usable: no memory
         extracted = Extracted(event.user_id, project_key, model, plan.added, plan.active_after)
         return Outcome.EXTRACTED, extracted, True
+
+    async def _count_rejection(self, model: str, error: LlmError) -> None:
+        """The admin page's tally of `model_rejected` dead letters (`core.model_rejections`). Only an
+        indication: a database that cannot count it must not keep the event off the DLQ."""
+        try:
+            async with self._db.transaction() as uow:
+                kind = rejection_kind(error.status)
+                await uow.accounts.count_model_rejection(model, kind, error.detail, self._db.now())
+                await uow.commit()
+        except Exception as exc:
+            log.warning(
+                "model_rejection_not_counted", model=model, error=f"{type(exc).__name__}: {exc}"[:300]
+            )
 
     async def _inputs(
         self, event: TaskFinishedEvent, project_key: str | None, now: datetime

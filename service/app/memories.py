@@ -183,18 +183,6 @@ class MemoryService:
         log.info("auto_capture_changed", user_id=user_id, enabled=enabled)
         return enabled
 
-    async def extraction_model(self) -> str:
-        async with self._db.read() as uow:
-            return await uow.accounts.extraction_model()
-
-    async def set_extraction_model(self, value: str) -> str:
-        """Read by the next extraction: the handler looks the setting up for every event."""
-        async with self._db.transaction() as uow:
-            previous = await uow.accounts.extraction_model()
-            await uow.accounts.set_extraction_model(value, self._db.now())
-            await uow.commit()
-        return previous
-
     async def extractions_last_day(self, user_id: int) -> int:
         """What the extraction budget counts for the user now."""
         async with self._db.read() as uow:

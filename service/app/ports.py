@@ -26,3 +26,11 @@ class Llm(Protocol):
         *,
         caller: Hashable | None = None,
     ) -> LlmAnswer: ...
+
+
+class ModelCheck(Protocol):
+    """What setting the extraction model asks of the model client (`LlmClient`)."""
+
+    def provider_problem(self, model: str) -> str | None: ...
+
+    async def probe(self, model: str, timeout_s: float) -> None: ...

@@ -27,6 +27,7 @@ class LlmPurpose(StrEnum):
 
     EXTRACTION = "extraction"
     CONSOLIDATION = "consolidation"
+    PROBE = "probe"  # the one test call before a model is set (`PUT …/settings` with `probe`)
 
 
 class LlmResult(StrEnum):

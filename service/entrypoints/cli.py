@@ -1,5 +1,5 @@
-"""`mao-memory run | worker | api | migrate | retention | dev-token | dlq replay`: the commands, given
-the composition root by `service.main`, the console script."""
+"""`mao-memory run | worker | api | migrate | retention | dev-token | dlq replay | settings`: the
+commands, given the composition root by `service.main`, the console script."""
 
 from __future__ import annotations
 
@@ -106,6 +106,7 @@ def _parser() -> argparse.ArgumentParser:
     token.add_argument("--admin", action="store_true", help="with memory:read and memory:admin")
     token.add_argument("--hours", type=float, default=12.0, help="lifetime (default 12)")
     _add_dlq(commands)
+    _add_settings_parser(commands)
     return parser
 
 
@@ -136,16 +137,43 @@ def _add_dlq(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def _migrate(settings: Settings, _: argparse.Namespace) -> None:
+    from sqlalchemy.exc import DBAPIError
+
     from service.adapters.db.engine import SCHEMA_HEAD, current_revision, upgrade_schema
     from service.entrypoints.progress import to_stderr
 
-    before = current_revision(settings.database_url)
-    upgrade_schema(settings.database_url, applied=lambda rev: to_stderr(f"migrate: revision {rev} applied"))
+    try:
+        before = current_revision(settings.database_url)
+        upgrade_schema(
+            settings.database_url, applied=lambda rev: to_stderr(f"migrate: revision {rev} applied")
+        )
+    except DBAPIError as exc:
+        _fail(_unreachable(settings.database_url, exc), code=1)
     head = SCHEMA_HEAD
     if before == head:
         print(f"mao-memory: schema already at revision {head}")
     else:
         print(f"mao-memory: schema migrated from {before or 'nothing'} to revision {head}")
+
+
+def _unreachable(url: str, exc: BaseException) -> str:
+    """One line for a database `migrate` cannot use, instead of the driver's traceback; a missing
+    database gets the statement that creates it (the schema's collation is the migrations' own)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import DBAPIError
+
+    from service.adapters.db.errors import error_code
+
+    parts = make_url(url)
+    sqlite = parts.get_backend_name() == "sqlite"
+    where = parts.database if sqlite else f"{parts.host or 'localhost'}:{parts.port or 3306}"
+    if error_code(exc) == ("mysql", 1049):
+        return (
+            f'database "{parts.database}" does not exist on {where}; create it with: '
+            f"CREATE DATABASE `{parts.database}` CHARACTER SET utf8mb4"
+        )
+    cause = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
+    return f"cannot use the database on {where}: {cause}"
 
 
 def _retention(settings: Settings, _: argparse.Namespace, root: CompositionRoot) -> None:
@@ -226,6 +254,90 @@ def _dlq(settings: Settings, args: argparse.Namespace) -> None:
         to_stderr(f"dlq replay done: {report.line()} ({replay.group})")
 
 
+# --- `mao-memory settings get | set-model MODEL [--probe]`: the extraction model (D10) -------------
+
+
+def _add_settings_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    settings_cmd = commands.add_parser(
+        "settings", help="read or set the extraction model, as the admin page does"
+    ).add_subparsers(dest="settings_command", required=True)
+    settings_cmd.add_parser(
+        "get",
+        help="print the extraction model, the effective one, and the events dead-lettered as "
+        "model_rejected since it was set (JSON)",
+    )
+    set_model = settings_cmd.add_parser(
+        "set-model",
+        help="set the extraction model; a name litellm maps to no provider is refused (exit 1)",
+    )
+    set_model.add_argument(
+        "model", help='a litellm model name, such as openai/gpt-4o-mini; "" for the default'
+    )
+    set_model.add_argument(
+        "--probe", action="store_true", help="make one tiny call to the model first; refuse it if that fails"
+    )
+
+
+def _settings(settings: Settings, args: argparse.Namespace) -> None:
+    """Through the same checks as `PUT /api/v1/admin/memory/settings`; the answer is JSON on stdout,
+    a refusal one line on stderr. Log lines go to stderr, so stdout stays parseable."""
+    import structlog
+    import uvloop
+    from sqlalchemy.exc import DBAPIError
+
+    from service.app.model_setting import ModelRefused
+
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+    try:
+        print(json.dumps(uvloop.run(_settings_command(settings, args)), ensure_ascii=False))
+    except ModelRefused as exc:
+        _fail(str(exc), code=1)
+    except DBAPIError as exc:
+        _fail(_unreachable(settings.database_url, exc), code=1)
+
+
+async def _settings_command(settings: Settings, args: argparse.Namespace) -> dict[str, object]:
+    import structlog
+
+    from service.adapters.db.database import Database
+    from service.adapters.db.engine import build_engine
+    from service.adapters.llm_client import LlmClient
+    from service.adapters.metrics import Metrics
+    from service.app.model_setting import ModelSetting
+    from service.entrypoints.http.api_models import ExtractionModelView
+
+    db = Database(build_engine(settings.database_url, 1))
+    key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
+    llm = LlmClient(
+        Metrics(),
+        settings.llm_api_base,
+        key,
+        settings.llm_timeout_s,
+        0,
+        0.0,
+        reasoning_effort=settings.llm_reasoning_effort,
+        reasoning_tokens=settings.llm_reasoning_tokens,
+        defer_import=True,
+    )
+    model = ModelSetting(db, llm, settings.default_model, settings.llm_timeout_s)
+    try:
+        if args.settings_command == "get":
+            return ExtractionModelView.of(await model.view())
+        previous, view = await model.set(args.model, args.probe)
+        structlog.get_logger("mao_memory.audit").info(
+            "admin_setting_changed",
+            caller="cli",
+            setting="memory.extractionModelId",
+            old=previous,
+            new=args.model,
+            probed=args.probe,
+        )
+        return {"previous": previous, **ExtractionModelView.of(view)}
+    finally:
+        await llm.stop()
+        await db.dispose()
+
+
 def _with_throwaway_credentials(settings: Settings) -> Settings:
     """`run` on its embedded defaults without credentials: secrets for this process only, and a
     console link that signs in once, so a first look needs no set-up. The link carries a one-time
@@ -299,6 +411,7 @@ COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], None]] = {
     "migrate": _migrate,
     "dev-token": _dev_token,
     "dlq": _dlq,
+    "settings": _settings,
 }
 # The commands that build the service from the composition root.
 SERVICE_COMMANDS: dict[str, Callable[[Settings, argparse.Namespace, CompositionRoot], None]] = {

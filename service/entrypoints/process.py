@@ -75,6 +75,7 @@ class Service:
     http: Starlette  # the API port's
     ops: Starlette  # the ops port's: /healthz, /readyz and /metrics alone
     consumption: Consumption | None  # None in `api` mode
+    llm: LlmClient  # the consumer's; in `api` mode, the one a model is checked through before it is set
     retention: RetentionJob | None  # the periodic run, in `run` and `worker` when its interval is set
 
 
@@ -142,8 +143,8 @@ def _hold(stack: contextlib.AsyncExitStack, service: Service) -> None:
     if consumption is not None and consumption.broker is not None:
         stack.callback(consumption.broker.stop)
     stack.push_async_callback(service.db.dispose)
+    stack.push_async_callback(_quietly, service.llm.stop)
     if consumption is not None:
-        stack.push_async_callback(_quietly, consumption.llm.stop)
         stack.push_async_callback(_quietly, consumption.dead_letters.stop)
         stack.push_async_callback(_quietly, consumption.runner.close)
 

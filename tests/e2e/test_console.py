@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
+from aiokafka import AIOKafkaProducer
 from playwright import async_api as playwright_api
 
 from service.adapters.db.database import Database
@@ -21,9 +22,12 @@ from service.adapters.db.engine import upgrade_schema
 from service.core.model import USER_GROUP, DismissedBy, Group, Scope, Source, Status
 from service.core.normalize import dedup_hash
 from service.core.records import HistoryAction, HistoryActor, HistoryEntry
-from tests.e2e.conftest import JWT_SECRET
+from tests.conftest import event_payload, said
+from tests.e2e.conftest import JWT_SECRET, Topics, publish, read_topic
+from tests.support.backends import Broker
 from tests.support.pool import items, remember_projects, seed, set_capture
 from tests.support.processes import OUTPUT, ServiceProcess, free_port
+from tests.support.scripted_llm import ScriptedLlm
 from tests.support.tokens import token
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -245,6 +249,60 @@ async def test_change_the_extraction_model(open_console, user_id: int, mysql_db:
     await page.fill("#model-id", "")
     await page.click("#model-form button")
     await page.wait_for_selector("#model-effective:has-text('scripted-default')")
+
+
+async def test_the_admin_page_says_while_the_model_rejects_events(  # type: ignore[no-untyped-def]
+    open_console,
+    user_id: int,
+    mysql_db: Database,
+    llm: ScriptedLlm,
+    producer: AIOKafkaProducer,
+    broker: Broker,
+    topics: Topics,
+) -> None:
+    """A model the provider does not serve, saved without the probe: its events are dead-lettered as
+    `model_rejected`, and the admin page says how many and the last error; the probe then refuses the
+    same name, and setting the model again clears the notice."""
+    marker = f"typo{user_id}"
+    llm.script(marker, status=404, only_if=lambda r: r.model == "rejected-in-console")
+    llm.script("Reply: OK", status=404, only_if=lambda r: r.model == "rejected-in-console")
+    await set_capture(mysql_db, user_id)
+    page = await open_console(user_id, ["memory:read", "memory:admin"])
+    await page.click("#nav-audit")
+    await page.wait_for_selector("#model-setting:not([hidden])")
+    assert await page.is_hidden("#model-rejections")
+    try:
+        await page.fill("#model-id", "openai/rejected-in-console")
+        await page.uncheck("#model-probe")
+        await page.click("#model-form button")
+        await page.wait_for_selector("#model-effective:has-text('rejected-in-console')")
+        for session in (1, 2):
+            await publish(
+                producer, topics.events, event_payload(user_id, session, lastUserMessage=said(marker))
+            )
+        for _ in range(100):
+            dead = [
+                r for r in await read_topic(broker.bootstrap, topics.dlq, 500) if marker.encode() in r.value
+            ]
+            if len(dead) == 2:
+                break
+        assert len(dead) == 2
+        await page.reload()
+        await page.click("#nav-audit")
+        notice = await page.wait_for_selector("#model-rejections:not([hidden])")
+        text = await notice.text_content()
+        assert "模型拒绝了 2 个事件" in text and "model_rejected" in text and "HTTP 404" in text
+        await page.screenshot(path=str(SHOTS / "model-rejections.png"), full_page=True)
+
+        await page.check("#model-probe")
+        await page.click("#model-form button")
+        await page.wait_for_selector("#model-error:has-text('failed a test call (rejected)')")
+        assert await page.is_visible("#model-rejections")  # refused: the setting and its count stand
+    finally:
+        await page.fill("#model-id", "")
+        await page.click("#model-form button")
+        await page.wait_for_selector("#model-effective:has-text('scripted-default')")
+    assert await page.is_hidden("#model-rejections")
 
 
 async def test_a_script_memory_renders_as_text_and_never_runs(open_console, user_id: int) -> None:  # type: ignore[no-untyped-def]

@@ -54,6 +54,18 @@ def test_issuer_and_audience_are_checked_when_configured() -> None:
             strict.caller(request(signed(NEW, **claims)))
 
 
+def test_clock_skew_within_the_leeway_is_forgiven() -> None:
+    """An identity provider's clock a little ahead (iat, nbf) or a token just expired passes within
+    MEMORY_JWT_LEEWAY_S (default 30 s); beyond it, or with no leeway, it is refused."""
+    now = int(time.time())
+    ahead = signed(NEW, iat=now + 2, nbf=now + 2)
+    assert auth().caller(request(ahead)).user_id == 42
+    assert auth().caller(request(signed(NEW, exp=now - 10))).user_id == 42
+    assert refusal(auth(), request(signed(NEW, exp=now - 60))) == "invalid token: expired"
+    assert refusal(auth(jwt_leeway_s=0), request(ahead)) == "invalid token: not valid yet"
+    assert refusal(auth(jwt_leeway_s=0), request(signed(NEW, exp=now - 10))) == "invalid token: expired"
+
+
 @pytest.mark.parametrize(
     "claims",
     [
@@ -86,7 +98,7 @@ def refusal(authenticator: Authenticator, req: Request, internal: bool = False) 
 @pytest.mark.parametrize(
     ("token", "message"),
     [
-        (lambda: signed(NEW, exp=int(time.time()) - 10), "invalid token: expired"),
+        (lambda: signed(NEW, exp=int(time.time()) - 60), "invalid token: expired"),
         (lambda: signed(NEW, nbf=int(time.time()) + 600), "invalid token: not valid yet"),
         (lambda: signed(OLD), "invalid token: signature does not match"),
         (lambda: signed(NEW, sub=42), 'invalid token: sub must be the user id as a string, such as "42"'),

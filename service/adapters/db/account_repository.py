@@ -14,12 +14,14 @@ from service.adapters.db.dialect import insert_ignore, upsert, upsert_statement
 from service.adapters.db.prepared import Prepared, Statements
 from service.adapters.db.tables import (
     EXTRACTION_MODEL_SETTING,
+    MODEL_REJECTIONS_SETTING,
     memory_event_ledger,
     memory_system_setting,
     memory_user_project,
     memory_user_state,
     user_memory_preference,
 )
+from service.core.model_rejections import Rejections, counted, decode, encode
 
 # Bound parameters per IN list: well inside SQLite's and MySQL's limits.
 IN_LIST_CHUNK = 512
@@ -194,9 +196,36 @@ class AccountRepository:
         return (value or "").strip()
 
     async def set_extraction_model(self, value: str, now: datetime) -> None:
+        """The rejections of the model before are no longer news: their tally goes."""
         await upsert(
             self.conn,
             memory_system_setting,
             {"setting_key": EXTRACTION_MODEL_SETTING, "value": value, "updated_at": now},
             ["value", "updated_at"],
         )
+        await self.conn.execute(
+            sa.delete(memory_system_setting).where(
+                memory_system_setting.c.setting_key == MODEL_REJECTIONS_SETTING
+            )
+        )
+
+    async def model_rejections(self) -> Rejections | None:
+        value = await self.conn.scalar(
+            sa.select(memory_system_setting.c.value).where(
+                memory_system_setting.c.setting_key == MODEL_REJECTIONS_SETTING
+            )
+        )
+        return decode(value)
+
+    async def count_model_rejection(self, model: str, kind: str, error: str, now: datetime) -> Rejections:
+        """One more event dead-lettered as `model_rejected`; the row is locked while it is counted, so
+        replicas counting at once add up (SQLite has one writer at a time)."""
+        t = memory_system_setting
+        await insert_ignore(
+            self.conn, t, {"setting_key": MODEL_REJECTIONS_SETTING, "value": "", "updated_at": now}
+        )
+        where = t.c.setting_key == MODEL_REJECTIONS_SETTING
+        before = await self.conn.scalar(sa.select(t.c.value).where(where).with_for_update())
+        tally = counted(decode(before), model, kind, error, now)
+        await self.conn.execute(sa.update(t).where(where).values(value=encode(tally), updated_at=now))
+        return tally

@@ -147,3 +147,5 @@ memory_history = sa.Table(
 )
 
 EXTRACTION_MODEL_SETTING = "memory.extractionModelId"
+# Events dead-lettered as `model_rejected` since the model was last set (`core.model_rejections`).
+MODEL_REJECTIONS_SETTING = "memory.extractionModelId.rejections"

@@ -8,6 +8,7 @@ import structlog
 from fastapi import APIRouter, Query
 
 from service.app.memories import MemoryService
+from service.app.model_setting import ModelRefused, ModelSetting
 from service.core.events import BigintId
 from service.entrypoints.http.api_models import (
     ExtractionModelSetting,
@@ -17,14 +18,14 @@ from service.entrypoints.http.api_models import (
     MemoryPage,
 )
 from service.entrypoints.http.auth import Admin, Reader
-from service.entrypoints.http.envelope import Envelope, error_responses, ok
+from service.entrypoints.http.envelope import ApiError, Envelope, error_responses, ok
 from service.entrypoints.http.memory_routes import MemoryId, PageParams, page_data
 
 audit_log = structlog.get_logger("mao_memory.audit")
 TargetUser = Annotated[BigintId, Query(alias="userId")]
 
 
-def admin_router(service: MemoryService, default_model: str) -> APIRouter:
+def admin_router(service: MemoryService, model: ModelSetting) -> APIRouter:
     router = APIRouter(
         prefix="/api/v1/admin/memory", tags=["admin"], responses=error_responses(400, 401, 403, 503)
     )
@@ -56,22 +57,27 @@ def admin_router(service: MemoryService, default_model: str) -> APIRouter:
 
     @router.get("/settings", response_model=Envelope[ExtractionModelView])
     async def get_model_setting(admin: Reader) -> dict[str, Any]:
-        """The extraction model (`memory.extractionModelId`, D10); needs `memory:read`."""
-        value = await service.extraction_model()
-        return ok({"extractionModelId": value, "effectiveModel": value or default_model})
+        """The extraction model (`memory.extractionModelId`, D10), and `rejections`: the events
+        dead-lettered as `model_rejected` since it was set (null when none); needs `memory:read`."""
+        return ok(ExtractionModelView.of(await model.view()))
 
     @router.put("/settings", response_model=Envelope[ExtractionModelView], responses=error_responses(413))
     async def put_model_setting(admin: Admin, body: ExtractionModelSetting) -> dict[str, Any]:
-        """Choose the extraction model, or "" for the default; needs `memory:admin`; audit-logged."""
-        previous = await service.set_extraction_model(body.extraction_model_id)
+        """Choose the extraction model, or "" for the default; needs `memory:admin`; audit-logged.
+        A name litellm maps to no provider is refused with 400, and so, with `"probe": true`, is a
+        model that fails one tiny test call; the setting is then unchanged."""
+        try:
+            previous, view = await model.set(body.extraction_model_id, body.probe)
+        except ModelRefused as exc:
+            raise ApiError(400, str(exc)) from None
         audit_log.info(
             "admin_setting_changed",
             caller=admin.user_id,
             setting="memory.extractionModelId",
             old=previous,
             new=body.extraction_model_id,
+            probed=body.probe,
         )
-        value = body.extraction_model_id
-        return ok({"extractionModelId": value, "effectiveModel": value or default_model})
+        return ok(ExtractionModelView.of(view))
 
     return router

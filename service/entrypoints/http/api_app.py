@@ -13,6 +13,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
 from service.app.memories import MemoryService
+from service.app.model_setting import ModelSetting
 from service.entrypoints.http.admin_routes import admin_router
 from service.entrypoints.http.api_docs import install_api_docs
 from service.entrypoints.http.api_errors import install_api_error_handlers
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 
     from service.adapters.db.database import Database
     from service.app.caches import CaptureSwitch
+    from service.app.ports import ModelCheck
     from service.config import Settings
 
 CONSOLE_DIR = Path(__file__).resolve().parent / "console"
@@ -55,7 +57,11 @@ class ConsoleFiles(StaticFiles):
 
 
 def create_api_app(
-    settings: Settings, db: Database, capture: CaptureSwitch, ops: Sequence[BaseRoute]
+    settings: Settings,
+    db: Database,
+    capture: CaptureSwitch,
+    model_check: ModelCheck,
+    ops: Sequence[BaseRoute],
 ) -> FastAPI:
     """`ops` come first; `service.entrypoints.http.app` adds the handlers and middleware every app has."""
     app = FastAPI(
@@ -77,7 +83,8 @@ def create_api_app(
     # Routes are matched in order: the injection lookup, called on every agent turn, comes first.
     app.include_router(internal_router(service, settings))
     app.include_router(memory_router(service))
-    app.include_router(admin_router(service, settings.default_model))
+    model = ModelSetting(db, model_check, settings.default_model, settings.llm_timeout_s)
+    app.include_router(admin_router(service, model))
     app.include_router(console_router())
     app.add_api_route("/console", _to_console, include_in_schema=False)
     app.mount("/console", ConsoleFiles(directory=CONSOLE_DIR, html=True), name="console")

@@ -20,9 +20,11 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic_core import core_schema
 
+from service.app.model_setting import ModelSettingView
 from service.core.events import BIGINT_MAX, ID_PATTERN
 from service.core.injection_prompt import MemoryHint
 from service.core.model import MAX_MANUAL_CONTENT_CHARS, MAX_MODEL_NAME_CHARS, MAX_PROJECT_KEY_CHARS
+from service.core.model_rejections import Rejections
 from service.core.normalize import (
     char_class,
     hides_in_identifier,
@@ -131,16 +133,54 @@ class PatchMemory(CamelModel):
         return self
 
 
+ModelName = Annotated[
+    str, Field(max_length=MAX_MODEL_NAME_CHARS, pattern=r"^$|^[A-Za-z0-9][A-Za-z0-9._:/@+-]*$")
+]
+
+
 class ExtractionModelSetting(CamelModel):
-    """D10: empty means MEMORY_DEFAULT_MODEL; otherwise a litellm model name."""
+    """D10: empty means MEMORY_DEFAULT_MODEL; otherwise a litellm model name. `probe`: make one tiny
+    call to the model first, and keep the old setting if it fails."""
 
-    extraction_model_id: Annotated[
-        str, Field(max_length=MAX_MODEL_NAME_CHARS, pattern=r"^$|^[A-Za-z0-9][A-Za-z0-9._:/@+-]*$")
-    ]
+    extraction_model_id: ModelName
+    probe: StrictBool = False
 
 
-class ExtractionModelView(ExtractionModelSetting):
+class ModelRejections(CamelModel):
+    """Events dead-lettered as `model_rejected` since the model was last set, and the last one's
+    error: `lastErrorKind` is "HTTP <status>" as the provider answered, or "rejected" (refused by
+    litellm before sending)."""
+
+    count: int
+    last_error_kind: str
+    last_error: str
+    last_at: str
+
+    @classmethod
+    def of(cls, tally: Rejections | None) -> dict[str, Any] | None:
+        if tally is None:
+            return None
+        return {
+            "count": tally.count,
+            "lastErrorKind": tally.kind,
+            "lastError": tally.error,
+            "lastAt": _iso(tally.at),
+        }
+
+
+class ExtractionModelView(CamelModel):
+    extraction_model_id: ModelName
     effective_model: str
+    rejections: ModelRejections | None = None
+
+    @classmethod
+    def of(cls, view: ModelSettingView) -> dict[str, Any]:
+        """The answer of both settings routes and of `mao-memory settings`."""
+        return {
+            "extractionModelId": view.configured,
+            "effectiveModel": view.effective,
+            "rejections": ModelRejections.of(view.rejections),
+        }
 
 
 class CaptureSetting(CamelModel):

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from service.adapters.db.database import Database
     from service.adapters.metrics import Metrics
     from service.app.caches import CaptureSwitch
+    from service.app.ports import ModelCheck
     from service.config import Settings
 
 
@@ -28,6 +29,7 @@ def create_apps(
     metrics: Metrics,
     db: Database,
     capture: CaptureSwitch,
+    model_check: ModelCheck,
     include_api: bool,
     checks: dict[str, Check],
 ) -> tuple[Starlette, Starlette]:
@@ -36,7 +38,7 @@ def create_apps(
     if include_api:
         from service.entrypoints.http.api_app import create_api_app
 
-        api = _guarded(create_api_app(settings, db, capture, routes))
+        api = _guarded(create_api_app(settings, db, capture, model_check, routes))
     else:
         api = _bare(routes)
     return api, _bare(routes)

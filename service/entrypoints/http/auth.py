@@ -144,6 +144,7 @@ class Authenticator:
         ]
         self._issuer = settings.jwt_issuer
         self._audience = settings.jwt_audience
+        self._leeway = settings.jwt_leeway_s
         self._internal = (
             settings.internal_token.get_secret_value().encode() if settings.internal_token else None
         )
@@ -167,6 +168,7 @@ class Authenticator:
                     algorithms=["HS256"],
                     issuer=self._issuer,
                     audience=self._audience,
+                    leeway=self._leeway,
                     options=options,  # type: ignore[arg-type]
                 )
                 return claims

@@ -2,6 +2,11 @@
 
 Starlette answers 404 and 405 in its own shape; the handlers here replace them, and turn a database
 outage into 503 rather than 500. The memory API's own errors are mapped in `api_errors`.
+
+A handler registered for `Exception` runs in Starlette's outermost middleware, which re-raises the
+exception once the response is sent, and the server then logs it at ERROR with its traceback (and a
+database error's SQL). The database's exception classes are therefore handled one layer in, where an
+answered exception ends: an outage is one WARNING line; anything else goes on to the 500 handler.
 """
 
 from __future__ import annotations
@@ -10,6 +15,8 @@ from typing import Any, Generic, TypeVar, cast
 
 import structlog
 from pydantic import BaseModel
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
@@ -73,6 +80,8 @@ def install_error_handlers(app: Starlette) -> None:
     """Every app's handlers: a bare worker's ops routes answer with the envelope too."""
     app.add_exception_handler(ApiError, _api)
     app.add_exception_handler(StarletteHTTPException, _http)
+    for kind in (DBAPIError, PoolTimeout, OSError):  # what `is_transient` may call an outage
+        app.add_exception_handler(kind, _database)
     app.add_exception_handler(Exception, _unexpected)
 
 
@@ -87,9 +96,20 @@ async def _http(_: Request, exc: Exception) -> JSONResponse:
     return error_response(status)
 
 
+async def _database(request: Request, exc: Exception) -> JSONResponse:
+    if not is_transient(exc):
+        raise exc  # a bug: the 500 handler logs it whole
+    log.warning("http_database_unavailable", path=request.url.path, error=_without_sql(exc))
+    return error_response(503, "database unavailable")
+
+
+def _without_sql(exc: BaseException) -> str:
+    """The driver's own message: SQLAlchemy's text of a DBAPIError carries the statement and its
+    parameters, which may hold users' memories."""
+    cause = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
+    return f"{type(cause).__name__}: {cause}"[:300]
+
+
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-    if is_transient(exc):
-        log.warning("http_database_unavailable", path=request.url.path, error=str(exc))
-        return error_response(503, "database unavailable")
     log.exception("http_unhandled_error", path=request.url.path)
     return error_response(500)

@@ -64,7 +64,7 @@ def headers_for(credential: str, owner: int, endpoint: Endpoint) -> dict[str, st
         case "bad_signature":
             return bearer(token(owner, permissions, secret="not-the-secret-but-long-enough-0123456789"))
         case "expired":
-            return bearer(token(owner, permissions, ttl_s=-10))
+            return bearer(token(owner, permissions, ttl_s=-60))  # beyond the leeway
         case "no_exp":
             return bearer(
                 jwt.encode({"sub": str(owner), "permissions": permissions}, SECRET, algorithm="HS256")

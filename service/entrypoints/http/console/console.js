@@ -360,7 +360,19 @@ async function loadAudit() {
 async function loadModelSetting() {
   const data = await api("GET", "/api/v1/admin/memory/settings");
   $("model-id").value = data.extractionModelId;
+  showModelSetting(data);
+}
+
+/** The effective model, and while the model rejects events (each one dead-lettered as
+ * `model_rejected`) how many since it was set and the last error: a typo must not stay silent. */
+function showModelSetting(data) {
   $("model-effective").textContent = `当前生效: ${data.effectiveModel}`;
+  const rejected = data.rejections;
+  $("model-rejections").hidden = !rejected;
+  $("model-rejections").textContent = rejected
+    ? `自上次设置以来，模型拒绝了 ${rejected.count} 个事件（已进入死信队列，原因 model_rejected）；`
+      + `最近一次 ${formatTime(rejected.lastAt)}（${rejected.lastErrorKind}）: ${rejected.lastError}`
+    : "";
 }
 
 function showPage(page) {
@@ -499,10 +511,17 @@ function wire() {
   on($("audit-next"), "click", (e) => { state.auditPage += 1; return inFlight(e.currentTarget, loadAudit); });
   on($("model-form"), "submit", async (e) => {
     e.preventDefault();
-    const body = { extractionModelId: $("model-id").value.trim() };
-    const data = await inFlight(e.submitter, () => api("PUT", "/api/v1/admin/memory/settings", body));
-    $("model-effective").textContent = `当前生效: ${data.effectiveModel}`;
-    say(NOTICE.model(data.effectiveModel));
+    const body = { extractionModelId: $("model-id").value.trim(), probe: $("model-probe").checked };
+    const box = $("model-error");
+    try {
+      const data = await inFlight(e.submitter, () => api("PUT", "/api/v1/admin/memory/settings", body, { box }));
+      showModelSetting(data);
+      say(NOTICE.model(data.effectiveModel));
+    } catch (error) {
+      // The server says what is wrong with the model (no provider, a failed test call): shown whole.
+      if (error instanceof ApiFailure && error.code === 40000) showMessage(box, `未保存: ${error.message}`, error.message);
+      throw error;
+    }
   });
   on($("token-form"), "submit", (e) => {
     e.preventDefault();
