@@ -259,16 +259,23 @@ def _dlq(settings: Settings, args: argparse.Namespace) -> None:
 
 def _add_settings_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     settings_cmd = commands.add_parser(
-        "settings", help="read or set the extraction model, as the admin page does"
+        "settings",
+        help="read or set the extraction model, as the admin page does",
+        description="Read or set the extraction model (D10) in the database, with the checks of "
+        "PUT /api/v1/admin/memory/settings.",
     ).add_subparsers(dest="settings_command", required=True)
     settings_cmd.add_parser(
         "get",
         help="print the extraction model, the effective one, and the events dead-lettered as "
         "model_rejected since it was set (JSON)",
+        description="Print the extraction model, the effective one, and the events dead-lettered as "
+        "model_rejected since it was set, as JSON on stdout.",
     )
     set_model = settings_cmd.add_parser(
         "set-model",
         help="set the extraction model; a name litellm maps to no provider is refused (exit 1)",
+        description="Set the extraction model. A name litellm maps to no provider, or (with --probe) "
+        "a model whose test call fails, is refused in one line on stderr with exit code 1.",
     )
     set_model.add_argument(
         "model", help='a litellm model name, such as openai/gpt-4o-mini; "" for the default'
