@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from service.adapters.kafka.compressed_batches import FETCH_INFLATED_BYTES
 from service.adapters.kafka.inflate import GZIP, LZ4, SNAPPY, ZSTD
 from service.adapters.kafka.record_format import STUB_REASON, UNDECODABLE, header_key_bytes
-from service.adapters.kafka.record_reader import TolerantMemoryRecords
+from service.adapters.kafka.record_reader import TolerantMemoryRecords, install
 from tests.support.raw_records import raw_batch, with_crc
 
 TP = TopicPartition("task.finished", 0)
@@ -26,6 +26,7 @@ CODECS = [GZIP, SNAPPY, LZ4, ZSTD]
 
 def read(data: bytes, fetch_offset: int = 0) -> tuple[list[object], int]:
     """The records the fetcher hands to `getmany`, and the offset it fetches from next."""
+    install()  # as the consumer runs it: the fetcher tells each set the offset it fetched from
     records = fetcher.PartitionRecords(
         TP, TolerantMemoryRecords(data), [], fetch_offset, None, None, True, fetcher.READ_UNCOMMITTED
     )
@@ -105,3 +106,18 @@ def test_a_fetch_that_inflates_past_its_budget_stops_and_the_next_fetch_resumes(
         offsets += [r.offset for r in more]  # type: ignore[attr-defined]
         resume = after
     assert offsets == list(range(100, 100 + count))
+
+
+def test_a_batch_fetched_again_from_before_its_cut_is_counted_again() -> None:
+    """After a rebalance (or a restart of the partition) the fetcher reads from the committed
+    offset, below where an earlier fetch cut the batch. The records it yields again are held
+    again; counted from the remembered cut instead, they slipped past the budget whole."""
+    value = b"v" * (1024 * 1024)
+    count = 3 * FETCH_INFLATED_BYTES // len(value)
+    data = raw_batch([(b"k", value, []) for _ in range(count)], 500, compression=GZIP)
+    resume = 500
+    for _ in range(2):  # two fetches, each cut where its budget ended
+        _read, resume = read(data, resume)
+    again, _ = read(data, 500)  # the partition is fetched again from its committed offset
+    assert sum(len(r.value) for r in again) <= FETCH_INFLATED_BYTES + len(value)  # type: ignore[attr-defined]
+    assert [r.offset for r in again] == list(range(500, 500 + len(again)))  # type: ignore[attr-defined]

@@ -5,13 +5,14 @@ length is known to be within `MAX_RECORD_BYTES`: a longer one is inflated a piec
 dropped, and stands as a `payload_too_large` stub at its own offset. The records of one fetched
 record set (one partition's share of a fetch) are counted against a `FetchBudget`; once it is spent
 the batch ends at the next record, its `next_offset` says so, and the fetcher asks for the rest in its
-next fetch. A batch whose records section cannot be inflated (an unknown codec, corrupt compressed
-bytes) becomes one stub for its unread offsets carrying the batch's raw bytes.
+next fetch. Records below the offset the set was fetched from are skipped by the fetcher at once and
+not counted; any it yields are, however often the batch was fetched and cut before. A batch whose
+records section cannot be inflated (an unknown codec, corrupt compressed bytes) becomes one stub for
+its unread offsets carrying the batch's raw bytes.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 
@@ -41,10 +42,6 @@ MAX_SNAPPY_BLOCK = FETCH_INFLATED_BYTES
 _RECORDS_OFFSET = 61  # the v2 batch header's size: the records section starts here
 _MAX_VARINT = 5  # a record's length is an int32, at most 5 bytes as a varint
 _RECORD_PREFIX = 3 * 10  # attributes, timestamp delta, offset delta: three varints at most
-# Where batches were cut, by (base offset, CRC): when one is fetched again from its cut, the records
-# before it (which the fetcher skips at once) are not counted again.
-_CUTS: OrderedDict[tuple[int, int], int] = OrderedDict()
-_MAX_CUTS = 1024
 
 
 class FetchBudget:
@@ -52,6 +49,8 @@ class FetchBudget:
 
     def __init__(self, limit: int = FETCH_INFLATED_BYTES) -> None:
         self.left = limit
+        # The offset the set was fetched from: the fetcher drops the records below it unseen.
+        self.fetched_from = 0
         self.yielded = False  # at least one counted record: a set always moves on by one
         self.spent = False
 
@@ -98,8 +97,7 @@ class InflatingBatch:
     def _read(self) -> Iterator[TolerantRecord]:
         batch = self._header
         last = batch.next_offset - 1
-        key = (batch.base_offset, batch.crc)
-        counted_from = _CUTS.get(key, batch.base_offset)
+        counted_from = max(batch.base_offset, self._budget.fetched_from)
         try:
             records = memoryview(self._raw)[_RECORDS_OFFSET:]
             stream = inflate(batch.compression_type, records, MAX_SNAPPY_BLOCK)
@@ -112,7 +110,6 @@ class InflatingBatch:
                 return  # every offset is accounted for: the rest claims offsets it cannot have
             if expected >= counted_from and self._budget.exhausted():
                 self._cut = expected
-                _remember(key, expected)
                 return
             record, ends = self._next(stream, expected)
             if ends:
@@ -138,13 +135,6 @@ class InflatingBatch:
         except Exception as exc:  # the codec's own errors (corrupt compressed bytes)
             codec = CODECS.get(batch.compression_type)
             return batch_stub(self._raw, f"{codec} stream unreadable: {exc!r}", first=expected), True
-
-
-def _remember(key: tuple[int, int], offset: int) -> None:
-    _CUTS[key] = offset
-    _CUTS.move_to_end(key)
-    while len(_CUTS) > _MAX_CUTS:
-        _CUTS.popitem(last=False)
 
 
 def _next_record(batch: Any, stream: Inflated, expected: int) -> TolerantRecord:

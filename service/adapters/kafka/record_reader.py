@@ -67,6 +67,10 @@ class TolerantMemoryRecords:
         self._budget = FetchBudget()
         self._cache_next()
 
+    def fetched_from(self, offset: int) -> None:
+        """The offset this set was fetched from (told by the fetcher's `PartitionRecords`)."""
+        self._budget.fetched_from = offset
+
     def size_in_bytes(self) -> int:
         return len(self._data)
 
@@ -216,4 +220,13 @@ def install() -> None:
             "aiokafka's fetcher no longer builds MemoryRecords as record_reader expects: "
             "check service/adapters/kafka/record_reader.py against the installed aiokafka"
         )
+    unpack = fetcher.PartitionRecords._unpack_records
+
+    def unpack_counted(self: Any) -> Any:
+        # Before the first batch is read: the set counts inflated bytes from the fetched offset on.
+        if isinstance(self._records, TolerantMemoryRecords):
+            self._records.fetched_from(self.next_fetch_offset)
+        return unpack(self)
+
+    fetcher.PartitionRecords._unpack_records = unpack_counted
     fetcher.MemoryRecords = TolerantMemoryRecords
