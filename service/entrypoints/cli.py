@@ -392,7 +392,13 @@ def _serve(settings: Settings, args: argparse.Namespace, root: CompositionRoot) 
     from service.adapters.db.engine import SchemaNotCurrent
     from service.adapters.kafka.embedded_broker import PortTaken
     from service.adapters.kafka.security import KafkaConnectionRefused
-    from service.entrypoints.process import ConsumerDied, EmbeddedBrokerDied, Mode, serve
+    from service.entrypoints.process import (
+        ConsumerDied,
+        EmbeddedBrokerDied,
+        ListenerPortTaken,
+        Mode,
+        serve,
+    )
 
     async def built_and_served(settings: Settings, mode: Mode) -> None:
         # Built in the event loop: aiokafka's clients must be made there.
@@ -408,7 +414,7 @@ def _serve(settings: Settings, args: argparse.Namespace, root: CompositionRoot) 
         root.configure_logging(settings.log_level)
         try:
             uvloop.run(built_and_served(settings, mode))
-        except (SchemaNotCurrent, PortTaken, KafkaConnectionRefused) as exc:
+        except (SchemaNotCurrent, PortTaken, ListenerPortTaken, KafkaConnectionRefused) as exc:
             _fail(str(exc))
         except (EmbeddedBrokerDied, ConsumerDied) as exc:
             _fail(str(exc), code=1)

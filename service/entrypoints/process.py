@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import gc
 import signal
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -83,6 +84,10 @@ class EmbeddedBrokerDied(RuntimeError):
     pass
 
 
+class ListenerPortTaken(RuntimeError):
+    """A port the service listens on cannot be bound: refused before anything starts."""
+
+
 class ConsumerDied(RuntimeError):
     """The consumer ended without being asked to: the process exits non-zero so it is restarted."""
 
@@ -108,6 +113,8 @@ async def serve(service: Service) -> None:
             loop.add_signal_handler(sig, stop.set)
         # The HTTP side answers /healthz while the brokers are reached, and stops after the consumer;
         # the ops port last, so probes are answered for as long as anything runs.
+        _ensure_listenable(settings.http_host, settings.ops_port, "MEMORY_OPS_PORT")
+        _ensure_listenable(settings.http_host, settings.http_port, "MEMORY_HTTP_PORT")
         ops_task = await stack.enter_async_context(_serving(ops_server_config(service.ops, settings)))
         http_task = await stack.enter_async_context(_serving(server_config(service.http, settings)))
         if consumption is not None:
@@ -181,6 +188,27 @@ def dlq_durability(settings: Settings) -> Durability:
         min_insync_replicas=settings.kafka_dlq_min_insync_replicas,
         retention_ms=settings.dlq_retention_ms,
     )
+
+
+def _ensure_listenable(host: str, port: int, setting: str) -> None:
+    """Bind the port once, as uvicorn will, before anything starts: uvicorn's own failure is a log
+    line that names neither the setting nor the listener, after `service_started`, and exit code 3."""
+    if port == 0:
+        return
+    for family, kind, proto, _, address in socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    ):
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:  # as asyncio binds it: IPv6 alone
+                probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                raise ListenerPortTaken(
+                    f"{host}:{port} is already in use or not this host's ({exc.strerror}), so the "
+                    f"service cannot listen there: stop what listens on it or set {setting}"
+                ) from exc
 
 
 class _Server(uvicorn.Server):

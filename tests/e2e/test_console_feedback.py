@@ -306,3 +306,33 @@ async def test_a_bad_user_id_is_explained_before_any_request(
     await page.click("#audit-form button")
     await page.wait_for_selector("#audit-empty:not([hidden])")
     assert await page.is_hidden("#audit-error") and len(audits) == 1
+
+
+async def test_a_slow_undo_never_takes_away_a_later_rows_undo(
+    open_console, user_id: int, service: ServiceProcess
+) -> None:  # type: ignore[no-untyped-def]
+    """Undo A on a slow line, dismiss B meanwhile: B's undo is on offer, and A's late answer must not
+    replace it (B would be dismissed with no way back)."""
+    page = await open_console(user_id)
+    api = Api(service, user_id)
+    first = await dismiss(page, "慢的撤销")
+    release = asyncio.Event()
+
+    async def held(route) -> None:  # type: ignore[no-untyped-def]
+        if route.request.method == "GET":
+            await release.wait()
+        await route.continue_()
+
+    await page.route(f"**/api/v1/memory/{first}", held)
+    await page.click(UNDO)
+    second = await dismiss(page, "后来的忽略")
+    release.set()
+    await page.wait_for_function(
+        "id => document.querySelector(`#memory-list li[data-id='${id}']`)", arg=first
+    )
+    await asyncio.sleep(0.5)  # the undo's own line, had it been written, is written by now
+    assert (await api.memory(first) or {})["status"] == "ACTIVE"
+    assert await page.locator(UNDO).count() == 1
+    await page.click(UNDO)
+    await said(page, "已撤销忽略,记忆已恢复")
+    assert (await api.memory(second) or {})["status"] == "ACTIVE"

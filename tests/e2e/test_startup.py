@@ -83,3 +83,26 @@ def test_ctrl_c_in_the_terminal_stops_the_service_and_its_broker_cleanly(
     broker = subprocess.run(["pgrep", "-f", f"tcp://127.0.0.1:{port}"], capture_output=True, check=False)
     assert code == 0 and elapsed < 10, (code, elapsed, service.log_path.read_text()[-2000:])
     assert broker.returncode == 1, "the embedded broker outlived the service"
+
+
+@pytest.mark.parametrize(("setting", "taken"), [("MEMORY_OPS_PORT", "ops"), ("MEMORY_HTTP_PORT", "api")])
+def test_a_taken_listener_port_is_refused_with_a_clear_message(
+    setting: str, taken: str, tmp_path: Path
+) -> None:
+    """A probe port (or the API's) held by another process: one line naming the setting, exit 2, and
+    no `service_started` for a service that never listened there."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'memory.db'}"
+    upgrade_schema(url)
+    service = ServiceProcess("api", {"MEMORY_DATABASE_URL": url}, name=f"{taken}-port-taken")
+    port = service.ops_port if taken == "ops" else service.port
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", port))
+        squatter.listen()
+        service.start(wait_ready=False)
+        assert service.process is not None
+        code = service.process.wait(timeout=60)
+    log = service.log_path.read_text()
+    assert code == 2, log
+    [line] = [line for line in log.splitlines() if line.startswith("mao-memory:")]
+    assert f"127.0.0.1:{port}" in line and "already in use" in line and setting in line
+    assert "service_started" not in log

@@ -24,9 +24,10 @@ no headers. `GuardedHttpTools` adds the limits to the httptools protocol:
 - more than `PIPELINE_DEPTH` requests waiting behind the one being answered: the rest is not read,
   and once the waiting ones are answered the connection gets 503 and is closed;
 - more than `max_connections` open connections, or more than `max_connections_per_client` from one
-  address: 503 at once, before anything is read. A client's connections otherwise idle on keep-alive
-  for `KEEP_ALIVE_S`, so without the second bound one address holding every slot (one request each,
-  then nothing) would starve every other client for as long as it likes.
+  client (an IPv4 address, or an IPv6 /64: `client_key`): 503 at once, before anything is read. A
+  client's connections otherwise idle on keep-alive for `KEEP_ALIVE_S`, so without the second bound
+  one client holding every slot (one request each, then nothing) would starve every other client
+  for as long as it likes.
 
 A refusal carries the envelope and `Connection: close`, after every earlier request's answer; the
 server then stops sending and drops what the client still sends for a moment before closing, so the
@@ -41,6 +42,7 @@ of its own with slots of its own, so that a full API never answers an orchestrat
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -131,7 +133,7 @@ class GuardedHttpTools(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        address = self.client[0] if self.client else ""
+        address = client_key(self.client[0] if self.client else "")
         if len(self.connections) > self.limits.max_connections:
             self._refuse(TOO_MANY_CONNECTIONS)
         elif self.per_client.get(address, 0) >= self.limits.max_connections_per_client:
@@ -303,6 +305,21 @@ class GuardedHttpTools(HttpToolsProtocol):
         them if that takes longer than the send timeout."""
         self.transport.close()
         self._timer = self.loop.call_later(self.limits.send_timeout_s, self._drop)
+
+
+def client_key(address: str) -> str:
+    """The client an address counts as: an IPv6 address as its /64, the least a host or a home line
+    is given (each of its 2^64 addresses a client of its own would leave the bound without effect),
+    and an IPv4-mapped address as the IPv4 address it is."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((ip, 64), strict=False))
+    return address
 
 
 def guarded(limits: HttpLimits) -> type[GuardedHttpTools]:

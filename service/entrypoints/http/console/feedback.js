@@ -83,6 +83,9 @@ async function runUndo(control, after, previous) {
     if (!(error instanceof ApiFailure)) throw error; // already on the page's error line
   }
   if (generation !== state.generation) return; // signed out meanwhile: nothing of that page stays
+  // A later change's line (a later dismiss's own undo among them) replaced this one meanwhile: it
+  // stays, and the list shows how this undo ended.
+  if (!$("toast").contains(control)) return;
   say(text || NOTICE.undone[previous]);
   if (!text) focusRow(after.id, previous);
 }
