@@ -132,7 +132,7 @@ async def test_a_consumer_that_ends_unasked_is_reported_counted_and_turned_into_
 
     stop.set()  # a requested stop is not a death
     ended = asyncio.create_task(asyncio.sleep(0))
-    assert await _until_stopped(stop, asyncio.create_task(asyncio.sleep(3600)), ended, metrics) is None
+    assert await _until_stopped(stop, [asyncio.create_task(asyncio.sleep(3600))], ended, metrics) is None
 
 
 async def test_a_record_with_neither_key_nor_value_is_dead_lettered_and_the_partition_moves_on(
