@@ -197,14 +197,19 @@ class ExtractionHandler:
         model = read.configured_model or self._settings.default_model
         existing = ComparisonSet.of(read.shown, read.user_dismissed)
 
-        wrapped = self._llm.mode(model) is not StructuredOutput.OFF
+        # One decision for the prompt and the request: the mode may be restored while the call waits.
+        mode = self._llm.mode(model)
         messages = build_extraction_messages(
-            event.last_user_message or "", event.last_assistant_message or "", project_key, existing, wrapped
+            event.last_user_message or "",
+            event.last_assistant_message or "",
+            project_key,
+            existing,
+            mode is not StructuredOutput.OFF,
         )
         try:
             async with self._slots.model:
                 answer = await self._llm.complete(
-                    LlmPurpose.EXTRACTION, model, messages, self._shape, caller=event.event_id
+                    LlmPurpose.EXTRACTION, model, messages, self._shape, caller=event.event_id, mode=mode
                 )
         except LlmError as exc:
             log.warning("extraction_llm_failed", event_id=event.event_id, kind=exc.kind, error=exc.detail)

@@ -25,4 +25,5 @@ class Llm(Protocol):
         wait: bool = True,
         *,
         caller: Hashable | None = None,
+        mode: StructuredOutput | None = None,
     ) -> LlmAnswer: ...
