@@ -1,26 +1,35 @@
 """Sequences that broke the pool's rules (issue 39), each on MariaDB and SQLite through the real
-handlers: a user's dismissal of a demoted fact, and blank texts from the model."""
+handlers: a user's dismissal of a demoted fact, blank texts from the model, and a delete during
+retention's scan."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
+import pytest
+
 from service.adapters.db.database import Database
+from service.adapters.db.retention_repository import RetentionRepository
 from service.adapters.llm_client import LlmClient
 from service.adapters.metrics import Metrics
 from service.app.caches import CaptureSwitch
 from service.app.consolidation import Consolidator
 from service.app.extraction import Extracted
-from service.app.memories import MemoryService
+from service.app.memories import MemoryService, NotFound
+from service.app.retention import Horizons, RetentionJob
 from service.core.consolidation import RunResult, Thresholds
-from service.core.model import DismissedBy, Status
+from service.core.model import DismissedBy, Scope, Status
 from service.core.normalize import identity
 from service.core.outcomes import Outcome
 from service.core.project_keys import RobotKeys
 from tests.conftest import said
 from tests.integration.conftest import HandlerFactory, make_event
+from tests.support.clock import ManualClock
 from tests.support.pool import history, items, seed_many, set_capture
 from tests.support.scripted_llm import ScriptedLlm
 
 MODEL = "openai/scripted-default"
+HORIZONS = Horizons(ledger=timedelta(days=30), deleted_history=timedelta(days=365))
 
 
 def service(db: Database) -> MemoryService:
@@ -85,3 +94,30 @@ async def test_blank_texts_from_the_model_are_never_written(
         (i, f, "ACTIVE") for i, f in zip(ids, facts, strict=True)
     ]
     assert all(identity(h["new_content"] or "x") for h in await history(any_db, user_id))
+
+
+async def test_a_memory_deleted_while_retention_scans_keeps_its_trail(
+    any_db: Database, clock: ManualClock, monkeypatch: pytest.MonkeyPatch, user_id: int
+) -> None:
+    """Retention reads the user's history, then the live ids. A delete between the two made the
+    memory look long gone: its whole trail went, the delete row just written included."""
+    memories = service(any_db)
+    item = await memories.create(user_id, Scope.USER, "很久以前写下的事实", None)
+    clock.advance(timedelta(days=400))  # its trail is older than the horizon
+    live_ids = RetentionRepository.memory_ids
+
+    async def deleted_meanwhile(repo: RetentionRepository, user: int) -> list[int]:
+        if user == user_id and await memories.get(user_id, item.id):
+            await memories.delete(user_id, item.id)
+        return await live_ids(repo, user)
+
+    monkeypatch.setattr(RetentionRepository, "memory_ids", deleted_meanwhile)
+    await RetentionJob(any_db, Metrics(), HORIZONS).run_once()
+
+    trail = [(h.action, h.actor) for h in await memories.history(user_id, item.id)]
+    assert trail == [("create", "user"), ("delete", "user")]
+    monkeypatch.undo()
+    clock.advance(timedelta(days=366))  # once the delete itself is old, the trail goes
+    await RetentionJob(any_db, Metrics(), HORIZONS).run_once()
+    with pytest.raises(NotFound):
+        await memories.history(user_id, item.id)
