@@ -4,6 +4,7 @@ retention's scan."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 import pytest
@@ -14,7 +15,7 @@ from service.adapters.llm_client import LlmClient
 from service.adapters.metrics import Metrics
 from service.app.caches import CaptureSwitch
 from service.app.consolidation import Consolidator
-from service.app.extraction import Extracted
+from service.app.extraction import Extracted, ModelRejected
 from service.app.memories import MemoryService, NotFound
 from service.app.retention import Horizons, RetentionJob
 from service.core.consolidation import RunResult, Thresholds
@@ -121,3 +122,33 @@ async def test_a_memory_deleted_while_retention_scans_keeps_its_trail(
     await RetentionJob(any_db, Metrics(), HORIZONS).run_once()
     with pytest.raises(NotFound):
         await memories.history(user_id, item.id)
+
+
+@pytest.mark.parametrize("first_fails", [True, False])
+async def test_a_refusal_owed_only_to_an_extraction_in_flight_waits_for_it(
+    any_db: Database, make_handler: HandlerFactory, llm: ScriptedLlm, user_id: int, first_fails: bool
+) -> None:
+    """At the limit, an extraction in flight may fail and never reach the ledger: an event refused
+    for it alone is not skipped for good, it is counted again once that one is over."""
+    await set_capture(any_db, user_id)
+    slow, later = f"slow{user_id}", f"later{user_id}"
+    llm.script(
+        slow, [{"type": "user", "content": "第一个事实"}], status=400 if first_fails else 200, delay_s=0.5
+    )
+    llm.script(later, [{"type": "user", "content": "第二个事实"}])
+    handler = make_handler(any_db, extractions_per_user_per_day=1)
+    first = asyncio.ensure_future(handler.handle(make_event(user_id, 1, lastUserMessage=said(slow))))
+    while not llm.calls(slow):
+        await asyncio.sleep(0.01)
+
+    outcome, _ = await handler.handle(make_event(user_id, 2, lastUserMessage=said(later)))
+
+    if first_fails:
+        with pytest.raises(ModelRejected):
+            await first
+        assert outcome is Outcome.EXTRACTED
+        assert [i.content for i in await items(any_db, user_id)] == ["第二个事实"]
+    else:
+        assert (await first)[0] is Outcome.EXTRACTED
+        assert outcome is Outcome.SKIPPED_BUDGET  # the ledger's own count refuses it
+        assert not llm.calls(later)
