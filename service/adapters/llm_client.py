@@ -252,16 +252,18 @@ class LlmClient:
         wait: bool = True,
         *,
         caller: Hashable | None = None,
+        mode: StructuredOutput | None = None,
     ) -> LlmAnswer:
         """One answer, or LlmError. While the breaker is open, waits (or, with `wait=False`, fails).
         `caller` names who asks (an event id, a consolidation run): the breaker opens only when
-        different callers fail."""
+        different callers fail. `mode`: the one `mode()` gave when the prompt was built; the request
+        starts no stronger, so a mode restored while the call waited cannot meet a bare-array prompt."""
         ticket = await self._breaker.admit(wait)
         if ticket is None:
             self._metrics.llm_calls.labels(purpose, "unavailable").inc()
             raise LlmError("unavailable", "the model's circuit breaker is open", FailureClass.OUTAGE)
         try:
-            answer = await self._with_fallback(_Call(purpose, model, messages, shape))
+            answer = await self._with_fallback(_Call(purpose, model, messages, shape), mode)
         except LlmError as exc:
             error = self._systemic(exc, caller)
             if error.retryable:
@@ -295,7 +297,7 @@ class LlmClient:
             error.kind, f"every caller rejected: {error.detail}"[:1000], FailureClass.OUTAGE, error.status
         )
 
-    async def _with_fallback(self, call: _Call) -> LlmAnswer:
+    async def _with_fallback(self, call: _Call, built_for: StructuredOutput | None = None) -> LlmAnswer:
         """A mode the provider refuses (a 4xx, or a 5xx that outlasts the retries) before it ever
         answered that mode moves to the weaker one, and the weaker mode is kept only if answered.
 
@@ -304,6 +306,8 @@ class LlmClient:
         after 5xx answers is tried again later (`mode`)."""
         model = call.model
         mode = self.mode(model)
+        if built_for is not None and _strength(built_for) < _strength(mode):
+            mode = built_for  # a weaker mode still parses a wrapped prompt's answer; not the reverse
         if model in self._retry_mode:
             stronger, since, calls = self._retry_mode[model]
             self._retry_mode[model] = (stronger, since, calls + 1)

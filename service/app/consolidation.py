@@ -133,8 +133,8 @@ class Consolidator:
         self, user: int, group: Group, rows: list[MemoryRow], model: str
     ) -> tuple[RunResult, bool]:
         """The group's result, and whether the model answered at all."""
-        wrapped = self._llm.mode(model) is not StructuredOutput.OFF
-        messages, aliases = build_consolidation_messages(group, rows, wrapped)
+        mode = self._llm.mode(model)
+        messages, aliases = build_consolidation_messages(group, rows, mode is not StructuredOutput.OFF)
         try:
             # Never waits for a closed breaker: an outage makes this run fail and back off instead.
             answer = await self._llm.complete(
@@ -144,6 +144,7 @@ class Consolidator:
                 self._shape,
                 wait=False,
                 caller=("consolidation", user),
+                mode=mode,
             )
         except LlmError as exc:
             log.warning("consolidation_llm_failed", user_id=user, group=str(group), error=str(exc))

@@ -125,6 +125,8 @@ class ExtractionHandler:
         self._shape = AnswerShape("memories", ANSWER_SCHEMA, settings.llm_max_tokens)
         self._budget = ExtractionBudget(settings.extractions_per_user_per_day)
         self._turns = UserTurns()
+        # Per user with an event waiting for the budget to settle: set when an extraction finishes.
+        self._finished: dict[int, asyncio.Event] = {}
 
     async def warm(self, user_ids: Iterable[int]) -> None:
         """Read the capture switch of a fetched batch's users at once: the skip path's only lookup."""
@@ -165,13 +167,13 @@ class ExtractionHandler:
         user = event.user_id
         if self._refused(user, now) is not None:
             return Outcome.SKIPPED_BUDGET, None
-        mark = self._budget.read_started(user)
-        try:
-            async with self._slots.database:
-                read = await self._inputs(event, project_key, now)
-            admitted = not read.processed and self._budget.admit(user, read.recent_extractions, mark)
-        finally:
-            self._budget.read_ended(user)
+        read, admitted = await self._read_round(event, project_key, now)
+        while not read.processed and not admitted and self._budget.allows(read.recent_extractions):
+            # Refused only for extractions this process has in flight, which may fail, or for rows
+            # committed during the read, which its count may already hold: a refusal skips the
+            # event for good, so it waits for them to settle and counts again.
+            await self._settled(user)
+            read, admitted = await self._read_round(event, project_key, now)
         if read.processed:
             return Outcome.SKIPPED_DUPLICATE_EVENT, None
         if not admitted:
@@ -183,7 +185,29 @@ class ExtractionHandler:
             outcome, extracted, recorded = await self._admitted(event, project_key, read)
         finally:
             self._budget.finish(user, recorded)
+            if (finished := self._finished.pop(user, None)) is not None:
+                finished.set()
         return outcome, extracted
+
+    async def _read_round(
+        self, event: TaskFinishedEvent, project_key: str | None, now: datetime
+    ) -> tuple[ExtractionInputs, bool]:
+        """The read round, and whether the budget admitted the event (one extraction reserved)."""
+        mark = self._budget.read_started(event.user_id)
+        try:
+            async with self._slots.database:
+                read = await self._inputs(event, project_key, now)
+            return read, not read.processed and self._budget.admit(
+                event.user_id, read.recent_extractions, mark
+            )
+        finally:
+            self._budget.read_ended(event.user_id)
+
+    async def _settled(self, user_id: int) -> None:
+        """Until one of the user's admitted extractions finishes; at once when none is running (the
+        rows recorded during the last read are committed: the next read counts them once)."""
+        if self._budget.running(user_id):
+            await self._finished.setdefault(user_id, asyncio.Event()).wait()
 
     def _refused(self, user_id: int, now: datetime) -> Outcome | None:
         """SKIPPED_BUDGET while a refusal read from the ledger holds: no read round for the user."""
@@ -204,14 +228,19 @@ class ExtractionHandler:
         model = read.configured_model or self._settings.default_model
         existing = ComparisonSet.of(read.shown, read.user_dismissed)
 
-        wrapped = self._llm.mode(model) is not StructuredOutput.OFF
+        # One decision for the prompt and the request: the mode may be restored while the call waits.
+        mode = self._llm.mode(model)
         messages = build_extraction_messages(
-            event.last_user_message or "", event.last_assistant_message or "", project_key, existing, wrapped
+            event.last_user_message or "",
+            event.last_assistant_message or "",
+            project_key,
+            existing,
+            mode is not StructuredOutput.OFF,
         )
         try:
             async with self._slots.model:
                 answer = await self._llm.complete(
-                    LlmPurpose.EXTRACTION, model, messages, self._shape, caller=event.event_id
+                    LlmPurpose.EXTRACTION, model, messages, self._shape, caller=event.event_id, mode=mode
                 )
         except LlmError as exc:
             log.warning("extraction_llm_failed", event_id=event.event_id, kind=exc.kind, error=exc.detail)

@@ -60,6 +60,12 @@ class Injection:
     prompt: str
 
 
+def _rejects_demotion(item: ItemRecord, status: Status) -> bool:
+    """The user dismisses a row D14 demoted for room: their rejection replaces the demotion, so
+    no extraction restores the fact again (D3)."""
+    return status is Status.DISMISSED and demoted_for_room(item.dismissed_by)
+
+
 def _user_entry(action: HistoryAction, old: str | None = None, new: str | None = None) -> HistoryEntry:
     return HistoryEntry(action=action, actor=HistoryActor.USER, old_content=old, new_content=new)
 
@@ -122,7 +128,7 @@ class MemoryService:
                 raise NotFound
             if content is not None and content != item.content:
                 await self._edit_content(uow, user_id, item, content)
-            if status is not None and status is not item.status:
+            if status is not None and (status is not item.status or _rejects_demotion(item, status)):
                 await self._set_status(uow, user_id, item, status)
             updated = await uow.memories.get(user_id, row_id)
             await uow.commit()

@@ -25,6 +25,7 @@ class Llm(Protocol):
         wait: bool = True,
         *,
         caller: Hashable | None = None,
+        mode: StructuredOutput | None = None,
     ) -> LlmAnswer: ...
 
 

@@ -1,8 +1,9 @@
 """Keeps storage bounded: expired ledger rows, folded touch runs, the history of long-gone memories.
 
 Work is done in small transactions (a batch of ledger keys, one page of one user's history, one
-user's purge), none of which takes the per-user lock, so extraction and the HTTP API never wait
-behind it for longer than one such transaction. The periodic run claims its slot in
+chunk of one user's purge); only a purge takes the per-user lock, to decide afresh which trails are
+still those of long-gone memories, so extraction and the HTTP API never wait behind it for longer
+than one such transaction. The periodic run claims its slot in
 `memory_system_setting`, so replicas and restarts run it once per interval between them.
 """
 
@@ -109,10 +110,13 @@ class RetentionJob:
         return claimed
 
     @asynccontextmanager
-    async def _timed(self, report: RetentionReport) -> AsyncIterator[RetentionRepository]:
-        """One short write transaction; its time (from taking the connection, or SQLite's writer
-        lock, to the commit) is what others might have waited for."""
-        async with self._db.transaction() as uow:
+    async def _timed(
+        self, report: RetentionReport, user_id: int | None = None
+    ) -> AsyncIterator[RetentionRepository]:
+        """One short write transaction, holding `user_id`'s lock if given; its time (from taking the
+        connection, or SQLite's writer lock, to the commit) is what others might have waited for."""
+        begin = self._db.transaction() if user_id is None else self._db.locked_user(user_id)
+        async with begin as uow:
             started = time.perf_counter()
             yield RetentionRepository(uow.conn)
             await uow.commit()
@@ -177,8 +181,10 @@ class RetentionJob:
             existing = await RetentionRepository(uow.conn).memory_ids(user_id)
         gone = expired_memories(last_seen, existing, cutoff)
         for start in range(0, len(gone), PURGE_CHUNK):
-            async with self._timed(report) as repo:
-                purged = await repo.purge_history(user_id, gone[start : start + PURGE_CHUNK])
+            # Decided again under the user's lock: a memory deleted since the reads above has a new
+            # `delete` row, and its trail stays.
+            async with self._timed(report, user_id) as repo:
+                purged = await repo.purge_expired(user_id, gone[start : start + PURGE_CHUNK], cutoff)
             report.history_purged += purged
             self._progress(report)
             self._metrics.retention_removed.labels(RetentionKind.DELETED_MEMORY_HISTORY).inc(purged)

@@ -7,7 +7,10 @@ process, the extractions admitted but not yet in the ledger count too (`admit` r
 gives it back once its ledger row is committed or it failed): the read round runs before an event
 waits for a model slot, so a count read alone would let every queued event pass a spent budget.
 Replicas see each other's extractions only through the ledger, so together they may pass it by as
-many as are in flight elsewhere.
+many as are in flight elsewhere. Those two in-process counts are an upper bound: a row committed
+during the round may be in its count too, and an extraction in flight may fail. A refusal they
+alone make is therefore no verdict: the caller waits for one to finish and counts again, and only
+a refusal the ledger's count makes skips the event.
 """
 
 from __future__ import annotations
@@ -71,6 +74,10 @@ class ExtractionBudget:
             return False
         self._running[user_id] = running + 1
         return True
+
+    def running(self, user_id: int) -> int:
+        """The user's admitted extractions not yet finished."""
+        return self._running.get(user_id, 0)
 
     def finish(self, user_id: int, recorded: bool) -> None:
         """An admitted extraction is over; `recorded`: its ledger row is committed."""

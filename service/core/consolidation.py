@@ -8,7 +8,7 @@ from enum import StrEnum
 
 from service.core.extraction_answer import answer_list
 from service.core.model import MAX_EXTRACTED_CONTENT_CHARS, Group, MemoryRow, Scope
-from service.core.normalize import clean_content
+from service.core.normalize import clean_content, identity
 from service.core.prompt_blocks import BLOCK_BREAK, json_line, rows_block
 
 
@@ -193,10 +193,11 @@ def _ids(value: object, aliases: dict[int, int]) -> list[int]:
 
 
 def _merged_content(value: object) -> str:
-    """Over 120 characters abandons the group: better not merged than cut short (10.3)."""
+    """Over 120 characters abandons the group: better not merged than cut short (10.3). So does a
+    blank text by the identity rule: the merge would put one shared blank where the facts were."""
     if not isinstance(value, str):
         raise InvalidPlan("merge needs content")
     content = clean_content(value)
-    if not content or len(content) > MAX_EXTRACTED_CONTENT_CHARS:
+    if not identity(content) or len(content) > MAX_EXTRACTED_CONTENT_CHARS:
         raise InvalidPlan("merged content is empty or over 120 characters")
     return content

@@ -14,7 +14,7 @@ from service.core.model import (
     Candidate,
     Scope,
 )
-from service.core.normalize import clean_content
+from service.core.normalize import clean_content, identity
 
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 
@@ -95,10 +95,12 @@ def _parse_item(item: object) -> Candidate | None:
 
 
 def _clean(value: object) -> str | None:
-    """Empty or over 120 characters (after cleaning) drops the item, never truncates it."""
+    """Blank by the identity rule (which drops fillers and variation selectors `clean_content`
+    keeps: all blanks share one hash) or over 120 characters after cleaning drops the item, never
+    truncates it."""
     if not isinstance(value, str):
         return None
     content = clean_content(value)
-    if not content or len(content) > MAX_EXTRACTED_CONTENT_CHARS:
+    if not identity(content) or len(content) > MAX_EXTRACTED_CONTENT_CHARS:
         return None
     return content

@@ -107,9 +107,10 @@ class RecordingLlm:
         wait: bool = True,
         *,
         caller: Hashable | None = None,
+        mode: StructuredOutput | None = None,
     ) -> LlmAnswer:
         self.calls[purpose] += 1
-        call = self._llm.complete(purpose, model, messages, shape, wait, caller=caller)
+        call = self._llm.complete(purpose, model, messages, shape, wait, caller=caller, mode=mode)
         if purpose == "consolidation" and self.meanwhile is not None:
             answer, _ = await asyncio.gather(call, self.meanwhile(CURRENT_USER.get(), messages))
         else:

@@ -31,8 +31,9 @@ class AnswerAfter:
         wait: bool = True,
         *,
         caller: Hashable | None = None,
+        mode: StructuredOutput | None = None,
     ) -> LlmAnswer:
-        answer = await self._llm.complete(purpose, model, messages, shape, wait, caller=caller)
+        answer = await self._llm.complete(purpose, model, messages, shape, wait, caller=caller, mode=mode)
         if self._purpose is None or purpose == self._purpose:
             await self._meanwhile()
         return answer

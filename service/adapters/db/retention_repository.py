@@ -1,8 +1,8 @@
 """The retention job's queries: expired ledger rows, a user's history in pages, folds and purges.
 
-None of them takes the per-user lock: history is append-only, a fold is guarded by the keeper's
-count as read (a concurrent fold of the same run then matches no row and is skipped), and the
-ledger rows it deletes are older than any redelivery the topic can still make.
+Only the purge runs under the per-user lock (its caller's): history is append-only, a fold is
+guarded by the keeper's count as read (a concurrent fold of the same run then matches no row and is
+skipped), and the ledger rows it deletes are older than any redelivery the topic can still make.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service.adapters.db.tables import memory_event_ledger, memory_history, memory_item
 from service.core.records import HistoryAction
-from service.core.retention import Fold, HistoryRow
+from service.core.retention import Fold, HistoryRow, expired_memories
 
 h, ledger = memory_history, memory_event_ledger
 
@@ -103,10 +103,23 @@ class RetentionRepository:
         )
         return int(deleted.rowcount)
 
-    async def purge_history(self, user_id: int, memory_ids: Sequence[int]) -> int:
-        result = await self.conn.execute(
-            sa.delete(h).where(h.c.user_id == user_id, h.c.memory_id.in_(memory_ids))
+    async def purge_expired(self, user_id: int, memory_ids: Sequence[int], cutoff: datetime) -> int:
+        """Purges the trails among `memory_ids` still of gone memories last changed before `cutoff`,
+        as read now; under the user's lock no delete can come between the read and the purge."""
+        alive = await self.conn.execute(
+            sa.select(memory_item.c.id).where(
+                memory_item.c.user_id == user_id, memory_item.c.id.in_(memory_ids)
+            )
         )
+        latest = await self.conn.execute(
+            sa.select(h.c.memory_id, sa.func.max(sa.func.coalesce(h.c.last_at, h.c.created_at)).label("at"))
+            .where(h.c.user_id == user_id, h.c.memory_id.in_(memory_ids))
+            .group_by(h.c.memory_id)
+        )
+        gone = expired_memories({r.memory_id: r.at for r in latest}, [r.id for r in alive], cutoff)
+        if not gone:
+            return 0
+        result = await self.conn.execute(sa.delete(h).where(h.c.user_id == user_id, h.c.memory_id.in_(gone)))
         return int(result.rowcount)
 
     async def row_counts(self) -> dict[str, int]:
