@@ -124,7 +124,7 @@ async def test_a_consumer_that_ends_unasked_is_reported_counted_and_turned_into_
     http = asyncio.create_task(asyncio.sleep(3600))
     consumer = asyncio.create_task(dies())
     try:
-        died = await asyncio.wait_for(_until_stopped(stop, http, consumer, metrics), 5)
+        died = await asyncio.wait_for(_until_stopped(stop, [http], consumer, metrics), 5)
     finally:
         http.cancel()
     assert isinstance(died, ConsumerDied) and "UnicodeDecodeError" in str(died)
