@@ -207,8 +207,8 @@ class ExtractionHandler:
         if usable is None:
             log.info("extraction_answer_dropped", event_id=event.event_id, reason=result)
         plan = await self._persist(event, project_key, model, existing, usable)
-        if plan is None:
-            return Outcome.SKIPPED_DUPLICATE_EVENT, None, False
+        if isinstance(plan, Outcome):
+            return plan, None, False
         if usable is None:
             return Outcome.FAILED, None, True  # the model answered, but nothing usable: no memory
         extracted = Extracted(event.user_id, project_key, model, plan.added, plan.active_after)
@@ -241,16 +241,23 @@ class ExtractionHandler:
         model: str,
         existing: ComparisonSet,
         answer: ParsedAnswer | None,
-    ) -> Plan | None:
-        """Ledger row and memory writes in one transaction under the user's lock; None if already done.
-        `answer` None: the model answered something unusable; the event is finished without memory."""
+    ) -> Plan | Outcome:
+        """Ledger row and memory writes in one transaction under the user's lock; the skip, with
+        nothing written, if the event is already done or capture went off while the model answered.
+        `answer` None: the model answered something unusable; the event is finished without memory.
+
+        The switch is read again under the lock because a user's erasure (`UserEraser`) turns it
+        off under the same lock: an extraction that persists after it must leave nothing of the user.
+        """
         outcome = Outcome.EXTRACTED if answer is not None else Outcome.FAILED
-        async with self._slots.database, self._db.prepared_locked_user(event.user_id) as uow:
+        user = event.user_id
+        async with self._slots.database, self._db.prepared_locked_user(user) as uow:
+            if not (await uow.accounts.capture_enabled_many([user]))[user]:
+                return Outcome.SKIPPED_CAPTURE_OFF  # rolled back: not even the lock row stays
             now = self._db.now()
-            if not await uow.accounts.mark_processed(
-                event.event_id, event.user_id, event.session_id, outcome.value, now
-            ):
-                return None
+            ledger_row = (event.event_id, user, event.session_id, outcome.value, now)
+            if not await uow.accounts.mark_processed(*ledger_row):
+                return Outcome.SKIPPED_DUPLICATE_EVENT
             plan = Plan()
             if answer is not None and answer.candidates:
                 candidates = answer.candidates

@@ -12,6 +12,7 @@ from fastapi.responses import FileResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
+from service.app.erasure import UserEraser
 from service.app.memories import MemoryService
 from service.entrypoints.http.admin_routes import admin_router
 from service.entrypoints.http.api_docs import install_api_docs
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from starlette.types import Scope
 
     from service.adapters.db.database import Database
+    from service.adapters.metrics import Metrics
     from service.app.caches import CaptureSwitch
     from service.config import Settings
 
@@ -55,7 +57,7 @@ class ConsoleFiles(StaticFiles):
 
 
 def create_api_app(
-    settings: Settings, db: Database, capture: CaptureSwitch, ops: Sequence[BaseRoute]
+    settings: Settings, db: Database, capture: CaptureSwitch, metrics: Metrics, ops: Sequence[BaseRoute]
 ) -> FastAPI:
     """`ops` come first; `service.entrypoints.http.app` adds the handlers and middleware every app has."""
     app = FastAPI(
@@ -75,7 +77,7 @@ def create_api_app(
     app.state.authenticator = Authenticator(settings)
     service = MemoryService(db, capture, settings.robot_keys)
     # Routes are matched in order: the injection lookup, called on every agent turn, comes first.
-    app.include_router(internal_router(service, settings))
+    app.include_router(internal_router(service, settings, UserEraser(db, metrics, capture)))
     app.include_router(memory_router(service))
     app.include_router(admin_router(service, settings.default_model))
     app.include_router(console_router())

@@ -33,7 +33,7 @@ def create_app(
     if include_api:
         from service.entrypoints.http.api_app import create_api_app
 
-        app: Starlette = create_api_app(settings, db, capture, routes)
+        app: Starlette = create_api_app(settings, db, capture, metrics, routes)
     else:
         app = Starlette(routes=routes)
         # A redirect to the slash-less path would be built from the Host header, which the client
