@@ -146,7 +146,7 @@ class Consolidator:
                 caller=("consolidation", user),
             )
         except LlmError as exc:
-            log.warning("consolidation_llm_failed", user_id=user, group=str(group), error=str(exc))
+            log.warning("consolidation_llm_failed", user_id=user, group=str(group), error=exc.safe)
             return RunResult.ABANDONED_ERROR, False
         return await self._plan_and_apply(user, group, rows, aliases, answer.text, model), True
 

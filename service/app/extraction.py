@@ -55,7 +55,12 @@ class ModelUnavailable(Exception):
 
 class ModelRejected(Exception):
     """The provider refused the request (a 4xx other than 429): a setting to fix, not an outage.
-    The event goes to the dead-letter topic with the provider's message, to be replayed."""
+    The event goes to the dead-letter topic with the provider's message, to be replayed; logs get
+    `safe` (`LlmError.safe`) instead, as the message may quote the conversation."""
+
+    def __init__(self, detail: str, safe: str) -> None:
+        super().__init__(detail)
+        self.safe = safe
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,10 +202,10 @@ class ExtractionHandler:
                     LlmPurpose.EXTRACTION, model, messages, self._shape, caller=event.event_id
                 )
         except LlmError as exc:
-            log.warning("extraction_llm_failed", event_id=event.event_id, kind=exc.kind, error=exc.detail)
+            log.warning("extraction_llm_failed", event_id=event.event_id, error=exc.safe)
             if exc.retryable:
-                raise ModelUnavailable(exc.kind, exc.detail, exc.failure) from exc
-            raise ModelRejected(exc.detail) from exc
+                raise ModelUnavailable(exc.kind, exc.safe, exc.failure) from exc
+            raise ModelRejected(exc.detail, exc.safe) from exc
 
         usable, result = _read_answer(answer)
         self._metrics.llm_calls.labels(LlmPurpose.EXTRACTION, result).inc()

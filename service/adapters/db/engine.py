@@ -50,7 +50,7 @@ def build_engine(url: str, pool_size: int, autocommit: bool = False) -> AsyncEng
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         _ensure_parent(parsed.database)
-        engine = create_async_engine(url, connect_args={"timeout": 30})
+        engine = create_async_engine(url, connect_args={"timeout": 30}, hide_parameters=True)
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         return engine
     engine = create_async_engine(
@@ -70,6 +70,8 @@ def build_engine(url: str, pool_size: int, autocommit: bool = False) -> AsyncEng
         skip_autocommit_rollback=autocommit,
         isolation_level="AUTOCOMMIT" if autocommit else WRITE_ISOLATION,
         connect_args=MYSQL_CONNECT_ARGS,
+        # A failed statement's error names its statement, never its values: they hold memory text.
+        hide_parameters=True,
     )
     event.listen(engine.sync_engine, "handle_error", _retire_unusable_sessions)
     return engine
