@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
-import sqlalchemy as sa
 
 from service.adapters.db.database import Database
 from service.adapters.db.engine import build_engine, upgrade_schema
@@ -36,6 +35,7 @@ from tests.integration.http.conftest import As, internal_headers
 from tests.support.pool import items, seed
 from tests.support.processes import ROOT, MariaDbDatabase
 from tests.support.scripted_llm import ScriptedLlm
+from tests.support.stored import every_stored_text, rows_of_user
 from tests.support.tokens import INTERNAL, SECRET
 
 ADMIN = ["memory:read"]
@@ -67,40 +67,6 @@ async def world(
     async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
         yield World(client, service.db, url)
     await service.db.dispose()
-
-
-async def every_stored_text(db: Database) -> list[str]:
-    """Every value of every column of every table the database holds (found by reflection, not by
-    the code's own table list), as text."""
-
-    def dump(sync_conn: sa.Connection) -> list[str]:
-        reflected = sa.MetaData()
-        reflected.reflect(sync_conn)
-        return [
-            value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-            for table in reflected.sorted_tables
-            for row in sync_conn.execute(sa.select(table))
-            for value in row
-        ]
-
-    async with db.read() as uow:
-        return await uow.conn.run_sync(dump)
-
-
-async def rows_of_user(db: Database, user_id: int) -> dict[str, int]:
-    """Rows naming the user, in every reflected table with a `user_id` column."""
-
-    def count(sync_conn: sa.Connection) -> dict[str, int]:
-        reflected = sa.MetaData()
-        reflected.reflect(sync_conn)
-        return {
-            t.name: int(sync_conn.scalar(sa.select(sa.func.count()).where(t.c.user_id == user_id)) or 0)
-            for t in reflected.sorted_tables
-            if "user_id" in t.c
-        }
-
-    async with db.read() as uow:
-        return await uow.conn.run_sync(count)
 
 
 @dataclass
