@@ -251,18 +251,18 @@ class ExtractionHandler:
         nothing written, if the event is already done or capture went off while the model answered.
         `answer` None: the model answered something unusable; the event is finished without memory.
 
-        The switch is read again under the lock because a user's erasure (`UserEraser`) turns it
-        off under the same lock: an extraction that persists after it must leave nothing of the user.
+        The ledger row is written only while the switch is on, read again under the lock, because a
+        user's erasure (`UserEraser`) deletes it under the same lock: an extraction that persists
+        after the erasure leaves nothing of the user (the rollback takes even the lock row back).
         """
         outcome = Outcome.EXTRACTED if answer is not None else Outcome.FAILED
         user = event.user_id
         async with self._slots.database, self._db.prepared_locked_user(user) as uow:
-            if not (await uow.accounts.capture_enabled_many([user]))[user]:
-                return Outcome.SKIPPED_CAPTURE_OFF  # rolled back: not even the lock row stays
             now = self._db.now()
             ledger_row = (event.event_id, user, event.session_id, outcome.value, now)
-            if not await uow.accounts.mark_processed(*ledger_row):
-                return Outcome.SKIPPED_DUPLICATE_EVENT
+            skipped = await uow.accounts.mark_processed_while_capturing(*ledger_row)
+            if skipped is not None:
+                return skipped
             plan = Plan()
             if answer is not None and answer.candidates:
                 candidates = answer.candidates
