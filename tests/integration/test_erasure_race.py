@@ -5,18 +5,23 @@ each order is forced rather than hoped for."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 
 from service.adapters.db.database import Database
-from service.adapters.llm_client import LlmClient
+from service.adapters.llm_client import LlmAnswer, LlmClient, StructuredOutput
 from service.adapters.metrics import Metrics
+from service.app.consolidation import Consolidator
 from service.app.erasure import UserEraser
+from service.app.extraction import Extracted
+from service.core.consolidation import RunResult, Thresholds
 from service.core.outcomes import Outcome
 from tests.conftest import said
 from tests.integration.conftest import HandlerFactory, make_event
 from tests.support.meanwhile_llm import AnswerAfter
-from tests.support.pool import items, remember_projects, seed, set_capture
+from tests.support.pool import items, remember_projects, seed, seed_many, set_capture
 from tests.support.scripted_llm import ScriptedLlm
 from tests.support.stored import rows_of_user
 
@@ -127,3 +132,41 @@ async def test_an_erasure_and_an_extraction_released_together_leave_nothing(
     await asyncio.gather(*erasures)
 
     assert set((await rows_of_user(mysql_db, user_id)).values()) == {0}
+
+
+class ErasedWhileAsked:
+    """The consolidation's model call: the erasure commits while it is in flight, then the
+    provider answers with an error (the real client, a scripted 503)."""
+
+    def __init__(self, llm: LlmClient, erase: Callable[[], Awaitable[object]]) -> None:
+        self._llm = llm
+        self._erase = erase
+
+    def mode(self, model: str) -> StructuredOutput:
+        return self._llm.mode(model)
+
+    async def complete(self, *args: Any, **kwargs: Any) -> LlmAnswer:
+        await self._erase()
+        return await self._llm.complete(*args, **kwargs)
+
+
+async def test_a_consolidation_of_an_erased_user_leaves_no_row_behind(
+    any_db: Database, llm: ScriptedLlm, llm_client: LlmClient, user_id: int
+) -> None:
+    """A run scheduled by an extraction that committed before the erasure: its model call fails
+    after the erasure, and the back-off it would record would recreate the user's row."""
+    marker = f"c{user_id}"
+    await seed_many(any_db, user_id, [f"{marker} 事实{i}" for i in range(3)])
+    llm.script(marker, status=503)
+    eraser = UserEraser(any_db, Metrics())
+    consolidator = Consolidator(
+        any_db,
+        ErasedWhileAsked(llm_client, lambda: eraser.erase(user_id)),
+        Metrics(),
+        Thresholds(user_target=1),
+    )
+
+    results = await consolidator.run(Extracted(user_id, None, "openai/scripted-default", 1, 3))
+
+    assert results == [RunResult.ABANDONED_ERROR]
+    assert set((await rows_of_user(any_db, user_id)).values()) == {0}
