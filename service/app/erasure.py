@@ -33,7 +33,8 @@ class UserEraser:
                 # user queues behind it. It is not the user's, so the answer does not count it.
                 await uow.accounts.create_user_state(user_id)
             removed = await ErasureRepository(uow.conn).erase(user_id)
-            removed["userState"] -= 0 if held else 1
+            if not held:
+                removed["userState"] -= 1
             await uow.commit()
         if self._capture is not None:
             self._capture.invalidate(user_id)
