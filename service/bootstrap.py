@@ -24,6 +24,7 @@ from service.adapters.llm_client import LlmClient, StructuredOutput
 from service.adapters.metrics import Metrics
 from service.app.caches import CaptureSwitch, ProjectRecorder
 from service.app.consolidation import Consolidator, thresholds
+from service.app.erasure import UserEraser
 from service.app.extraction import ExtractionHandler, ExtractionSlots
 from service.app.retention import Horizons, RetentionJob, RetentionReport
 from service.config import Settings
@@ -216,6 +217,14 @@ async def run_retention_once(
     db = build_database(settings)
     try:
         return await build_retention(settings, db, Metrics()).run_once(progress)
+    finally:
+        await db.dispose()
+
+
+async def erase_user(settings: Settings, user_id: int) -> dict[str, int]:
+    db = build_database(settings)
+    try:
+        return await UserEraser(db, Metrics()).erase(user_id)
     finally:
         await db.dispose()
 

@@ -261,7 +261,8 @@ class LlmClient:
         ticket = await self._breaker.admit(wait)
         if ticket is None:
             self._metrics.llm_calls.labels(purpose, "unavailable").inc()
-            raise LlmError("unavailable", "the model's circuit breaker is open", FailureClass.OUTAGE)
+            breaker = "the model's circuit breaker is open"
+            raise LlmError("unavailable", breaker, FailureClass.OUTAGE, safe=breaker)
         try:
             answer = await self._with_fallback(_Call(purpose, model, messages, shape), mode)
         except LlmError as exc:
@@ -294,7 +295,11 @@ class LlmClient:
         if len(callers) < self._breaker.threshold:
             return error
         return LlmError(
-            error.kind, f"every caller rejected: {error.detail}"[:1000], FailureClass.OUTAGE, error.status
+            error.kind,
+            f"every caller rejected: {error.detail}"[:1000],
+            FailureClass.OUTAGE,
+            error.status,
+            safe=f"every caller rejected: {error.safe}",
         )
 
     async def _with_fallback(self, call: _Call, built_for: StructuredOutput | None = None) -> LlmAnswer:

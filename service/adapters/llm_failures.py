@@ -32,6 +32,7 @@ import aiohttp
 import httpx
 
 MAX_RETRY_AFTER_S = 30.0
+MAX_SAFE = 200  # characters of `LlmError.safe`
 EVENT_STATUSES = frozenset({408, 409, 425})  # timeout, conflict, too early: about this request
 _TRANSPORT = (
     aiohttp.ClientConnectionError,
@@ -49,7 +50,12 @@ class FailureClass(StrEnum):
 
 class LlmError(Exception):
     """The call produced no answer. `kind` is the metric label (timeout, error, rejected,
-    unavailable); `failure` the class above; `retryable` means "not rejected"."""
+    unavailable); `failure` the class above; `retryable` means "not rejected".
+
+    `detail` may hold the provider's own text, which can quote the conversation: it goes to the
+    dead letter's header only. `safe` is what logs carry: the kind, the status and the exception
+    types, or a fixed sentence of the client's (`unusable`), never a word of the provider's.
+    """
 
     def __init__(
         self,
@@ -58,6 +64,7 @@ class LlmError(Exception):
         failure: FailureClass,
         status: int | None = None,
         retry_after: float | None = None,
+        safe: str = "",
     ) -> None:
         super().__init__(f"{kind}: {detail}")
         self.kind = kind
@@ -65,6 +72,7 @@ class LlmError(Exception):
         self.failure = failure
         self.status = status
         self.retry_after = retry_after
+        self.safe = " ".join(p for p in (kind, f"HTTP {status}" if status else "", safe) if p)[:MAX_SAFE]
         # Set by the client on a failure: a call that started later was answered while this one
         # was out (`failure_budget`).
         self.overtaken = False
@@ -91,28 +99,32 @@ def status_class(status: int) -> FailureClass:
     return FailureClass.EVENT  # 408, 409, 425, and a final 1xx/3xx no call should get
 
 
-def unusable(detail: str) -> LlmError:
-    """A 2xx whose body holds no message: this call's trouble, not the provider's."""
-    return LlmError("error", detail, FailureClass.EVENT)
+def unusable(problem: str) -> LlmError:
+    """A 2xx whose body holds no message: this call's trouble, not the provider's. `problem` is one
+    of the client's own sentences, so it is safe to log."""
+    return LlmError("error", problem, FailureClass.EVENT, safe=problem)
 
 
 def classify(exc: BaseException) -> LlmError:
     chain = list(_chain(exc))
     detail = f"{type(exc).__name__}: {exc}"[:1000]
+    types = "<".join(dict.fromkeys(type(link).__name__ for link in chain))
     for link in chain:
         status, headers = _http_answer(link)
         if status is not None:
             failure = status_class(status)
             kind = "timeout" if status == 408 else "rejected" if failure is FailureClass.REJECTED else "error"
-            return LlmError(kind, f"HTTP {status} {detail}"[:1000], failure, status, _retry_after(headers))
+            retry_after = _retry_after(headers)
+            return LlmError(kind, f"HTTP {status} {detail}"[:1000], failure, status, retry_after, types)
     if any(isinstance(link, (TimeoutError, httpx.TimeoutException)) for link in chain):
-        return LlmError("timeout", detail, FailureClass.EVENT)
+        return LlmError("timeout", detail, FailureClass.EVENT, safe=types)
     if any(isinstance(link, _TRANSPORT) for link in chain):
-        return LlmError("error", detail, FailureClass.OUTAGE)
+        return LlmError("error", detail, FailureClass.OUTAGE, safe=types)
     own = getattr(exc, "status_code", None)  # litellm refused the call before sending it
     if isinstance(own, int) and status_class(own) is FailureClass.REJECTED:
-        return LlmError("rejected", f"HTTP {own} {detail}"[:1000], FailureClass.REJECTED, own)
-    return unusable(detail)  # an answer arrived that litellm could not read
+        return LlmError("rejected", f"HTTP {own} {detail}"[:1000], FailureClass.REJECTED, own, safe=types)
+    # An answer arrived that litellm could not read.
+    return LlmError("error", detail, FailureClass.EVENT, safe=types)
 
 
 def _chain(exc: BaseException) -> Iterator[BaseException]:

@@ -39,6 +39,11 @@ class Metrics:
         # process_cpu_seconds_total and friends: a worker is CPU-bound long before its in-flight bound
         # fills, so CPU per extracted event is the figure that sizes a deployment.
         ProcessCollector(registry=r)
+        self.user_erasures = Counter(
+            f"{PREFIX}_user_erasures_total",
+            "Users erased whole (DELETE /internal/v1/memory/users/{userId}, `mao-memory erase-user`)",
+            registry=r,
+        )
         self.events = Counter(
             f"{PREFIX}_events_total", "task.finished events consumed, by outcome", ["outcome"], registry=r
         )

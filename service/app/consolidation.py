@@ -119,12 +119,15 @@ class Consolidator:
         return [result for result, _ in runs]
 
     async def _claim(self, user: int, wait: timedelta, force: bool = False) -> bool:
-        """The due time lives in the database, so it holds across restarts and replicas."""
+        """The due time lives in the database, so it holds across restarts and replicas. A user left
+        without ACTIVE rows meanwhile (erased) gets no claim: its lock row would outlive the erasure."""
         async with self._db.locked_user(user) as uow:
             now = self._db.now()
             due = await uow.accounts.consolidation_due(user)
             if not force and due is not None and now < due:
                 return False
+            if await uow.memories.active_count(user) == 0:
+                return False  # rolled back, the lock row with it
             await uow.accounts.set_consolidation_due(user, now + wait)
             await uow.commit()
         return True
@@ -147,7 +150,7 @@ class Consolidator:
                 mode=mode,
             )
         except LlmError as exc:
-            log.warning("consolidation_llm_failed", user_id=user, group=str(group), error=str(exc))
+            log.warning("consolidation_llm_failed", user_id=user, group=str(group), error=exc.safe)
             return RunResult.ABANDONED_ERROR, False
         return await self._plan_and_apply(user, group, rows, aliases, answer.text, model), True
 

@@ -71,7 +71,12 @@ class ModelUnavailable(Exception):
 
 class ModelRejected(Exception):
     """The provider refused the request (a 4xx other than 429): a setting to fix, not an outage.
-    The event goes to the dead-letter topic with the provider's message, to be replayed."""
+    The event goes to the dead-letter topic with the provider's message, to be replayed; logs get
+    `safe` (`LlmError.safe`) instead, as the message may quote the conversation."""
+
+    def __init__(self, detail: str, safe: str) -> None:
+        super().__init__(detail)
+        self.safe = safe
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,25 +248,25 @@ class ExtractionHandler:
                     LlmPurpose.EXTRACTION, model, messages, self._shape, caller=event.event_id, mode=mode
                 )
         except LlmError as exc:
-            log.warning("extraction_llm_failed", event_id=event.event_id, kind=exc.kind, error=exc.detail)
+            log.warning("extraction_llm_failed", event_id=event.event_id, error=exc.safe)
             if exc.retryable:
                 raise ModelUnavailable(
                     exc.kind,
-                    exc.detail,
+                    exc.safe,
                     exc.failure,
                     overtaken=exc.overtaken,
                     timed_out=exc.kind == "timeout" and exc.status is None,
                 ) from exc
             await self._count_rejection(model, exc)
-            raise ModelRejected(exc.detail) from exc
+            raise ModelRejected(exc.detail, exc.safe) from exc
 
         usable, result = _read_answer(answer)
         self._metrics.llm_calls.labels(LlmPurpose.EXTRACTION, result).inc()
         if usable is None:
             log.info("extraction_answer_dropped", event_id=event.event_id, reason=result)
         plan = await self._persist_until_written(event, project_key, model, existing, usable)
-        if plan is None:
-            return Outcome.SKIPPED_DUPLICATE_EVENT, None, False
+        if isinstance(plan, Outcome):
+            return plan, None, False
         if usable is None:
             return Outcome.FAILED, None, True  # the model answered, but nothing usable: no memory
         extracted = Extracted(event.user_id, project_key, model, plan.added, plan.active_after)
@@ -307,7 +312,7 @@ class ExtractionHandler:
         model: str,
         existing: ComparisonSet,
         answer: ParsedAnswer | None,
-    ) -> Plan | None:
+    ) -> Plan | Outcome:
         """`_persist`, tried again while the database is out (a failover, a read-only server): the
         model's answer is kept, so a database outage costs no model call, however long it lasts.
         The event's offset waits meanwhile, as it would for any outage."""
@@ -332,20 +337,27 @@ class ExtractionHandler:
         model: str,
         existing: ComparisonSet,
         answer: ParsedAnswer | None,
-    ) -> Plan | None:
-        """Ledger row and memory writes in one transaction under the user's lock; None if already done.
-        `answer` None: the model answered something unusable; the event is finished without memory."""
+    ) -> Plan | Outcome:
+        """Ledger row and memory writes in one transaction under the user's lock; the skip, with
+        nothing written, if the event is already done or capture went off while the model answered.
+        `answer` None: the model answered something unusable; the event is finished without memory.
+
+        The ledger row is written only while the switch is on, read again under the lock, because a
+        user's erasure (`UserEraser`) deletes it under the same lock: an extraction that persists
+        after the erasure leaves nothing of the user (the rollback takes even the lock row back).
+        """
         outcome = Outcome.EXTRACTED if answer is not None else Outcome.FAILED
+        user = event.user_id
         async with (
-            self._turns.turn(event.user_id),
+            self._turns.turn(user),
             self._slots.database,
-            self._db.prepared_locked_user(event.user_id) as uow,
+            self._db.prepared_locked_user(user) as uow,
         ):
             now = self._db.now()
-            if not await uow.accounts.mark_processed(
-                event.event_id, event.user_id, event.session_id, outcome.value, now
-            ):
-                return None
+            ledger_row = (event.event_id, user, event.session_id, outcome.value, now)
+            skipped = await uow.accounts.mark_processed_while_capturing(*ledger_row)
+            if skipped is not None:
+                return skipped
             plan = Plan()
             if answer is not None and answer.candidates:
                 candidates = answer.candidates

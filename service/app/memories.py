@@ -66,6 +66,17 @@ def _rejects_demotion(item: ItemRecord, status: Status) -> bool:
     return status is Status.DISMISSED and demoted_for_room(item.dismissed_by)
 
 
+async def _lineage(uow: UnitOfWork, user_id: int, row_id: int) -> set[int]:
+    """The row and every row whose text it was built from: the rows merged into one of its texts,
+    and theirs in turn (an update or an edit keeps the earlier text in the row's own history)."""
+    found, frontier = {row_id}, {row_id}
+    while frontier:
+        texts = await uow.memories.history_texts(user_id, frontier)
+        frontier = await uow.memories.merged_into(user_id, texts) - found
+        found |= frontier
+    return found
+
+
 def _user_entry(action: HistoryAction, old: str | None = None, new: str | None = None) -> HistoryEntry:
     return HistoryEntry(action=action, actor=HistoryActor.USER, old_content=old, new_content=new)
 
@@ -157,16 +168,18 @@ class MemoryService:
         await uow.memories.record(user_id, item.id, _user_entry(action, old=item.content), now)
 
     async def delete(self, user_id: int, row_id: int) -> None:
-        """Physical (D3): a later extraction of the same fact may insert it again."""
+        """Physical (D3): a later extraction of the same fact may insert it again. The words go with
+        the row: its history, and that of the rows it was merged from, keep what happened and when,
+        never a text (`erase_history`)."""
         async with self._db.locked_user(user_id) as uow:
             item = await uow.memories.get(user_id, row_id)
             if item is None:
                 raise NotFound
             now = self._db.now()
+            lineage = await _lineage(uow, user_id, row_id)
             await uow.memories.delete(user_id, row_id)
-            await uow.memories.record(
-                user_id, row_id, _user_entry(HistoryAction.DELETE, old=item.content), now
-            )
+            await uow.memories.record(user_id, row_id, _user_entry(HistoryAction.DELETE), now)
+            await uow.memories.erase_history(user_id, lineage, now)
             await uow.commit()
 
     async def history(self, user_id: int, row_id: int) -> list[Any]:

@@ -179,7 +179,7 @@ def parse_plan(text: str, aliases: dict[int, int]) -> ConsolidationPlan:
         elif kind == "drop":
             drops.extend(aliases[i] for i in ids)
         elif kind != "keep":
-            raise InvalidPlan(f"unknown op {kind!r}")
+            raise InvalidPlan("unknown op")  # the model's words never reach a log line
     return ConsolidationPlan(merges, drops)
 
 
@@ -188,7 +188,7 @@ def _ids(value: object, aliases: dict[int, int]) -> list[int]:
         raise InvalidPlan("sourceIds must be a non-empty list")
     for item in value:
         if not isinstance(item, int) or isinstance(item, bool) or item not in aliases:
-            raise InvalidPlan(f"sourceId {item!r} is not in the group's input")
+            raise InvalidPlan("a sourceId is not in the group's input")
     return list(value)
 
 

@@ -1,4 +1,4 @@
-"""`mao-memory run | worker | api | migrate | retention | dev-token | dlq replay | settings`: the
+"""`mao-memory run | worker | api | migrate | retention | erase-user | dev-token | dlq replay | settings`: the
 commands, given the composition root by `service.main`, the console script."""
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ class CompositionRoot(Protocol):
     async def run_retention_once(
         self, settings: Settings, progress: Callable[[RetentionReport], None] | None = None
     ) -> RetentionReport: ...
+
+    async def erase_user(self, settings: Settings, user_id: int) -> dict[str, int]: ...
 
 
 def _load_settings() -> Settings:
@@ -96,6 +98,10 @@ def _parser() -> argparse.ArgumentParser:
         description="Delete expired ledger rows, fold touch runs and delete old history once, now, with "
         "the MEMORY_RETENTION_* horizons; prints what it removed as JSON.",
     )
+    erase = commands.add_parser(
+        "erase-user", help="erase everything kept for a user (a closed account); prints rows removed"
+    )
+    erase.add_argument("user_id", type=int, metavar="USER_ID", help="the user id")
     token = commands.add_parser(
         "dev-token",
         help="print a JWT for a test user, signed with MEMORY_JWT_SECRET",
@@ -190,6 +196,19 @@ def _retention(settings: Settings, _: argparse.Namespace, root: CompositionRoot)
     report = uvloop.run(root.run_retention_once(settings, progress))
     print(json.dumps(report.as_dict()))
     to_stderr(f"retention done in {report.duration_s:.1f} s: {report.line()}")
+
+
+def _erase_user(settings: Settings, args: argparse.Namespace, root: CompositionRoot) -> None:
+    """The same erasure as `DELETE /internal/v1/memory/users/{userId}`; its log line, then its answer."""
+    import uvloop
+
+    from service.core.events import BIGINT_MAX
+
+    if not 1 <= args.user_id <= BIGINT_MAX:
+        _fail(f"USER_ID must be between 1 and {BIGINT_MAX}")
+    root.configure_logging(settings.log_level)
+    removed = uvloop.run(root.erase_user(settings, args.user_id))
+    print(json.dumps({"userId": args.user_id, "removed": removed}), flush=True)
 
 
 def _dev_token(settings: Settings, args: argparse.Namespace) -> None:
@@ -432,6 +451,7 @@ SERVICE_COMMANDS: dict[str, Callable[[Settings, argparse.Namespace, CompositionR
     "worker": _serve,
     "api": _serve,
     "retention": _retention,
+    "erase-user": _erase_user,
 }
 
 

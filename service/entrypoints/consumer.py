@@ -187,7 +187,7 @@ class EventProcessor:
             except asyncio.CancelledError:
                 raise
             except ModelRejected as exc:
-                await self._dead_letter(record, DeadLetterReason.MODEL_REJECTED, str(exc), event)
+                await self._dead_letter(record, DeadLetterReason.MODEL_REJECTED, str(exc), event, exc.safe)
                 return Outcome.DEAD_LETTERED, None
             except ModelUnavailable as exc:
                 failure = Failure(
@@ -218,7 +218,8 @@ class EventProcessor:
                     log.exception("event_processing_error", event_id=event.event_id, attempt=bug_attempts)
                     if bug_attempts >= MAX_BUG_ATTEMPTS:
                         detail = f"{type(exc).__name__}: {exc}"
-                        await self._dead_letter(record, DeadLetterReason.PROCESSING_ERROR, detail, event)
+                        reason = DeadLetterReason.PROCESSING_ERROR
+                        await self._dead_letter(record, reason, detail, event, type(exc).__name__)
                         return Outcome.DEAD_LETTERED, None
             await asyncio.sleep(delay)
             delay = next(waits)
@@ -227,21 +228,30 @@ class EventProcessor:
         """`__call__` failed again and again on this record: a bug; the record goes to the DLQ."""
         detail = f"{type(error).__name__}: {error}"
         event = received.event if isinstance(received.event, TaskFinishedEvent) else None
-        await self._dead_letter(received.record, DeadLetterReason.PROCESSING_ERROR, detail, event)
+        reason = DeadLetterReason.PROCESSING_ERROR
+        await self._dead_letter(received.record, reason, detail, event, type(error).__name__)
         self._outcomes[Outcome.DEAD_LETTERED].inc()
 
     async def _dead_letter(
-        self, record: Record, reason: str, detail: str, event: TaskFinishedEvent | None = None
+        self,
+        record: Record,
+        reason: str,
+        detail: str,
+        event: TaskFinishedEvent | None = None,
+        logged: str | None = None,
     ) -> None:
         """Returns once the DLQ holds the message, or a stub of it, or (if even the stub is refused for
         good) once the loss is counted and logged with the coordinates: the partition always moves on.
-        Nothing in the record can make this raise: a failure to copy it publishes a bare stub."""
+        Nothing in the record can make this raise: a failure to copy it publishes a bare stub.
+
+        `logged`: what the log lines say instead of `detail` when `detail` may quote the conversation
+        (a provider's or an exception's text); the dead letter's header carries `detail` itself."""
         coordinates = _coordinates(record, event)
         coordinates["key"] = (record.key or b"").decode("utf-8", "replace")
         try:
             headers = copied_headers(list(record.headers or ()))
             headers += verdict(reason, detail, record.topic, record.partition, record.offset)
-            await self._publish_or_stub(record.value, record.key, headers, coordinates)
+            await self._publish_or_stub(record.value, record.key, headers, coordinates, logged)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -250,10 +260,15 @@ class EventProcessor:
             bare = verdict(
                 DeadLetterReason.UNDECODABLE_RECORD, why, record.topic, record.partition, record.offset
             )
-            await self._publish_or_stub(None, None, bare, coordinates)
+            await self._publish_or_stub(None, None, bare, coordinates, logged)
 
     async def _publish_or_stub(
-        self, value: bytes | None, key: bytes | None, headers: Headers, coordinates: dict[str, object]
+        self,
+        value: bytes | None,
+        key: bytes | None,
+        headers: Headers,
+        coordinates: dict[str, object],
+        logged: str | None,
     ) -> None:
         refusal = await self._publish_dead_letter(value, key, headers)
         if refusal is not None:
@@ -271,14 +286,17 @@ class EventProcessor:
                 log.error(
                     "dead_letter_lost",
                     reason=header(headers, ORIGINAL_REASON),
-                    error=(header(headers, ORIGINAL_ERROR) or "")[:300],
+                    error=logged if logged is not None else (header(headers, ORIGINAL_ERROR) or "")[:300],
                     **coordinates,
                 )
                 return
         reason = header(headers, REASON) or ""
         self._metrics.dead_letters.labels(reason).inc()
         log.info(
-            "event_dead_lettered", reason=reason, error=(header(headers, ERROR) or "")[:300], **coordinates
+            "event_dead_lettered",
+            reason=reason,
+            error=logged if logged is not None else (header(headers, ERROR) or "")[:300],
+            **coordinates,
         )
 
     async def _publish_dead_letter(

@@ -810,3 +810,23 @@ async def test_screenshots_for_the_docs(open_console, user_id: int, mysql_db: Da
     await page.wait_for_selector("#audit-table td")
     await page.wait_for_selector("#model-effective:not(:empty)")
     await page.screenshot(path=str(DOC_SHOTS / "audit-page.png"), full_page=True)
+
+
+async def test_the_history_of_a_memory_deleted_elsewhere_says_its_words_were_deleted_and_when(
+    open_console, user_id: int, mysql_db: Database, service: ServiceProcess
+) -> None:  # type: ignore[no-untyped-def]
+    headers = {"Authorization": f"Bearer {token(user_id, secret=JWT_SECRET)}"}
+    async with httpx.AsyncClient(base_url=service.base_url, headers=headers) as client:
+        created = await client.post("/api/v1/memory", json={"scope": "USER", "content": "血压偏高,饮食清淡"})
+        memory = created.json()["data"]["id"]
+        page = await open_console(user_id)  # the row listed here, then deleted on another device
+        assert (await client.delete(f"/api/v1/memory/{memory}")).status_code == 200
+    await page.locator(f"#memory-list li[data-id='{memory}'] button.history").click()
+    await page.wait_for_selector("#history-drawer", state="visible")
+    entries = page.locator("#history-list li")
+    assert await entries.count() == 2
+    erased = await page.locator("#history-list .erased").all_text_contents()
+    assert len(erased) == 2 and all(
+        re.fullmatch(r"内容已由用户删除 · \d{4}-\d\d-\d\d \d\d:\d\d", e) for e in erased
+    )
+    assert "血压" not in (await page.text_content("#history-list") or "")

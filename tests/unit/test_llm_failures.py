@@ -124,3 +124,28 @@ def test_retry_after_as_a_date_is_honoured_up_to_the_cap(ahead: float, low: floa
 @pytest.mark.parametrize("value", ["abc", "nan", "inf", "", "Wed, 99 Foo 2015"])
 def test_a_retry_after_that_says_nothing_usable_is_absent(value: str) -> None:
     assert classify(ProviderHttpError(503, "", {"retry-after": value})).retry_after is None
+
+
+SECRET = "我有高血压,饮食清淡"
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        ProviderHttpError(400, f'{{"error": {{"message": "refused: {SECRET}"}}}}', {}),
+        wrapped(ProviderHttpError(503, SECRET, {}), InternalServerError(f"litellm: {SECRET}")),
+        wrapped(aiohttp.ClientConnectionError(SECRET), InternalServerError(SECRET)),
+        TimeoutError(SECRET),
+        ValueError(f"could not parse {SECRET}"),
+    ],
+    ids=["rejected", "wrapped-5xx", "connection", "timeout", "unreadable"],
+)
+def test_what_logs_carry_of_a_failure_never_quotes_the_provider(exc: Exception) -> None:
+    """The provider's text may quote the conversation: the dead letter keeps it, logs never do."""
+    error = classify(exc)
+    assert SECRET not in error.safe and len(error.safe) <= 200
+    assert error.safe.startswith(error.kind)
+    assert type(exc).__name__ in error.safe
+    assert SECRET in error.detail  # still there for the dead letter's header
+    if error.status is not None:
+        assert f"HTTP {error.status}" in error.safe

@@ -22,12 +22,23 @@ from service.adapters.db.tables import (
     user_memory_preference,
 )
 from service.core.model_rejections import Rejections, counted, decode, encode
+from service.core.outcomes import Outcome
 
 # Bound parameters per IN list: well inside SQLite's and MySQL's limits.
 IN_LIST_CHUNK = 512
 # The statements every extraction runs, compiled once (`prepared`).
-_INSERT_LEDGER = Prepared(
-    memory_event_ledger.insert(), ("event_id", "user_id", "session_id", "outcome", "processed_at")
+_LEDGER_COLUMNS = ("event_id", "user_id", "session_id", "outcome", "processed_at")
+_INSERT_LEDGER = Prepared(memory_event_ledger.insert(), _LEDGER_COLUMNS)
+# The ledger row, inserted only while the user's capture is on: the switch read in the write itself.
+_LEDGER_VALUES = [sa.bindparam(c, type_=memory_event_ledger.c[c].type) for c in _LEDGER_COLUMNS]
+_INSERT_LEDGER_WHILE_CAPTURING = Prepared(
+    memory_event_ledger.insert().from_select(
+        list(_LEDGER_COLUMNS),
+        sa.select(*_LEDGER_VALUES).where(
+            user_memory_preference.c.user_id == _LEDGER_VALUES[1],
+            user_memory_preference.c.auto_capture_enabled == sa.true(),
+        ),
+    )
 )
 _USER_STATE = sa.select(memory_user_state.c.user_id).where(
     memory_user_state.c.user_id == sa.bindparam("user_id")
@@ -149,6 +160,20 @@ class AccountRepository:
         except IntegrityError:
             return False
         return True
+
+    async def mark_processed_while_capturing(
+        self, event_id: str, user_id: int, session_id: int, outcome: str, now: datetime
+    ) -> Outcome | None:
+        """`mark_processed`, in the same one statement only while the user's capture is on. None once
+        the ledger holds the event; else the skip, nothing written: SKIPPED_DUPLICATE_EVENT, or
+        SKIPPED_CAPTURE_OFF when the switch went off (the user, or an erasure, which deletes it)
+        after the event's first read of it."""
+        params = dict(zip(_LEDGER_COLUMNS, (event_id, user_id, session_id, outcome, now), strict=True))
+        try:
+            written = await self._statements.write(_INSERT_LEDGER_WHILE_CAPTURING, params)
+        except IntegrityError:
+            return Outcome.SKIPPED_DUPLICATE_EVENT
+        return None if written.rowcount == 1 else Outcome.SKIPPED_CAPTURE_OFF
 
     async def claim_periodic(self, key: str, now: datetime, interval: timedelta) -> bool:
         """True for the one caller that finds the job `key` not run for `interval`; it is then due

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from alembic.config import Config
 
 # The latest migration in migrations/versions; tests/unit/test_schema_head.py holds it to Alembic's.
-SCHEMA_HEAD = "0006"
+SCHEMA_HEAD = "0007"
 
 # How every MySQL connection is opened and kept, by SQLAlchemy's pools and the driver's (`driver_pool`).
 MYSQL_CONNECT_ARGS: dict[str, Any] = {"connect_timeout": 5, "charset": "utf8mb4"}
@@ -51,7 +51,7 @@ def build_engine(url: str, pool_size: int, autocommit: bool = False) -> AsyncEng
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         _ensure_parent(parsed.database)
-        engine = create_async_engine(url, connect_args={"timeout": 30})
+        engine = create_async_engine(url, connect_args={"timeout": 30}, hide_parameters=True)
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         return engine
     engine = create_async_engine(
@@ -71,6 +71,8 @@ def build_engine(url: str, pool_size: int, autocommit: bool = False) -> AsyncEng
         skip_autocommit_rollback=autocommit,
         isolation_level="AUTOCOMMIT" if autocommit else WRITE_ISOLATION,
         connect_args=MYSQL_CONNECT_ARGS,
+        # A failed statement's error names its statement, never its values: they hold memory text.
+        hide_parameters=True,
     )
     event.listen(engine.sync_engine, "handle_error", _retire_unusable_sessions)
     return engine

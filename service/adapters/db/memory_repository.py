@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -23,7 +23,7 @@ from service.adapters.db.prepared import Prepared, Statements
 from service.adapters.db.tables import memory_history, memory_item
 from service.core.model import DismissedBy, Group, MemoryRow, Scope, Source, Status
 from service.core.pool_read import PoolQuery
-from service.core.records import HistoryEntry, ItemRecord, ListFilter
+from service.core.records import HistoryAction, HistoryEntry, ItemRecord, ListFilter
 
 t = memory_item
 _MACHINE_ACTIVE_IN_GROUP = sa.select(t).where(
@@ -333,6 +333,49 @@ class MemoryRepository:
             sa.select(h).where(h.c.user_id == user_id, h.c.memory_id == memory_id).order_by(h.c.id)
         )
         return list(rows)
+
+    async def history_texts(self, user_id: int, memory_ids: Collection[int]) -> set[str]:
+        """Every text the memories' history rows still hold."""
+        h = memory_history
+        rows = await self.conn.execute(
+            sa.select(h.c.old_content, h.c.new_content).where(
+                h.c.user_id == user_id, h.c.memory_id.in_(sorted(memory_ids))
+            )
+        )
+        return {text for r in rows for text in (r.old_content, r.new_content) if text is not None}
+
+    async def merged_into(self, user_id: int, texts: Collection[str]) -> set[int]:
+        """The rows a consolidation merged away into one of `texts`: each one's MERGE row holds its
+        own text and the merged one (the only link a merge leaves), and the row itself is gone."""
+        if not texts:
+            return set()
+        h = memory_history
+        rows = await self.conn.execute(
+            sa.select(h.c.memory_id)
+            .where(
+                h.c.user_id == user_id,
+                h.c.action == HistoryAction.MERGE.value,
+                h.c.old_content.is_not(None),
+                h.c.new_content.in_(sorted(texts)),
+                ~sa.exists().where(t.c.user_id == user_id, t.c.id == h.c.memory_id),
+            )
+            .distinct()
+        )
+        return {r.memory_id for r in rows}
+
+    async def erase_history(self, user_id: int, memory_ids: Collection[int], now: datetime) -> int:
+        """The memories' history keeps what happened and drops the words; the first erasure's time stays."""
+        h = memory_history
+        erased = await self.conn.execute(
+            h.update()
+            .where(h.c.user_id == user_id, h.c.memory_id.in_(sorted(memory_ids)))
+            .values(
+                old_content=None,
+                new_content=None,
+                content_erased_at=sa.func.coalesce(h.c.content_erased_at, now),
+            )
+        )
+        return int(erased.rowcount)
 
     async def record(self, user_id: int, memory_id: int, entry: HistoryEntry, now: datetime) -> None:
         await self._statements.write(

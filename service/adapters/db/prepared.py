@@ -242,8 +242,15 @@ def as_sqlalchemy_error(
     """The driver's error as SQLAlchemy raises it, a disconnect or a refused session marked so."""
     dbapi = dialect.loaded_dbapi
     disconnect = retires_connection(dialect, error)
+    # Without the values, as the engines' own errors (`hide_parameters`): they hold memory text.
     wrapped = DBAPIError.instance(
-        sql, args, error, dbapi.Error, connection_invalidated=disconnect, dialect=dialect
+        sql,
+        args,
+        error,
+        dbapi.Error,
+        hide_parameters=True,
+        connection_invalidated=disconnect,
+        dialect=dialect,
     )
     assert isinstance(wrapped, DBAPIError)  # `error` is one of the driver's
     return wrapped

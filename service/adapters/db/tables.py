@@ -141,6 +141,8 @@ memory_history = sa.Table(
     # Retention folds a run of consecutive touches into its first row: how many, and the last one's time.
     sa.Column("repeat_count", sa.Integer, nullable=False, server_default="1"),
     sa.Column("last_at", Timestamp, nullable=True),
+    # When the user's delete erased this row's texts (both NULL since); NULL while they stand.
+    sa.Column("content_erased_at", Timestamp, nullable=True),
     sa.Index("idx_history_item", "user_id", "memory_id", "id"),
     sqlite_autoincrement=True,
     **MYSQL_OPTS,

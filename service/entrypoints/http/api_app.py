@@ -12,6 +12,7 @@ from fastapi.responses import FileResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
+from service.app.erasure import UserEraser
 from service.app.memories import MemoryService
 from service.app.model_setting import ModelSetting
 from service.entrypoints.http.admin_routes import admin_router
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from starlette.types import Scope
 
     from service.adapters.db.database import Database
+    from service.adapters.metrics import Metrics
     from service.app.caches import CaptureSwitch
     from service.app.ports import ModelCheck
     from service.config import Settings
@@ -60,6 +62,7 @@ def create_api_app(
     settings: Settings,
     db: Database,
     capture: CaptureSwitch,
+    metrics: Metrics,
     model_check: ModelCheck,
     ops: Sequence[BaseRoute],
 ) -> FastAPI:
@@ -81,7 +84,7 @@ def create_api_app(
     app.state.authenticator = Authenticator(settings)
     service = MemoryService(db, capture, settings.robot_keys)
     # Routes are matched in order: the injection lookup, called on every agent turn, comes first.
-    app.include_router(internal_router(service, settings))
+    app.include_router(internal_router(service, settings, UserEraser(db, metrics, capture)))
     app.include_router(memory_router(service))
     model = ModelSetting(db, model_check, settings.default_model, settings.llm_timeout_s)
     app.include_router(admin_router(service, model))

@@ -261,6 +261,10 @@ class HistoryItem(CamelModel):
     created_at: str
     count: int = Field(description="how many consecutive touches this row stands for (1 for other actions)")
     last_at: str = Field(description="time of the last of them; createdAt is the first's")
+    content_erased: bool = Field(
+        description="true once the user deleted the memory: oldContent and newContent are null for good"
+    )
+    content_erased_at: str | None = Field(description="when the user's delete erased the texts")
 
     @classmethod
     def of(cls, row: Any) -> dict[str, Any]:
@@ -275,6 +279,8 @@ class HistoryItem(CamelModel):
             "createdAt": _iso(row.created_at),
             "count": row.repeat_count,
             "lastAt": _iso(row.last_at or row.created_at),
+            "contentErased": row.content_erased_at is not None,
+            "contentErasedAt": _iso(row.content_erased_at) if row.content_erased_at else None,
         }
 
 
@@ -288,6 +294,14 @@ class ExtractionUsage(CamelModel):
 
 class Deleted(CamelModel):
     id: Id
+
+
+class UserErased(CamelModel):
+    user_id: int
+    removed: dict[str, int] = Field(
+        description="rows removed per table: history, memories, capturePreference, projects, ledger, "
+        "userState; all 0 when nothing of the user was left"
+    )
 
 
 class InjectedMemory(CamelModel):

@@ -38,7 +38,7 @@ def create_apps(
     if include_api:
         from service.entrypoints.http.api_app import create_api_app
 
-        api = _guarded(create_api_app(settings, db, capture, model_check, routes))
+        api = _guarded(create_api_app(settings, db, capture, metrics, model_check, routes))
     else:
         api = _bare(routes)
     return api, _bare(routes)

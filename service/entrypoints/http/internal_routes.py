@@ -1,21 +1,23 @@
-"""`/internal/v1/memory/injection`: what the agent harness puts into the system prompt (seed 5.2)."""
+"""`/internal/v1/memory/…`: what the agent harness puts into the system prompt (seed 5.2), and the
+platform's erasure of a user whose account is closed."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
 import orjson
-from fastapi import APIRouter, Depends, Query, Response
+from fastapi import APIRouter, Depends, Path, Query, Response
 
+from service.app.erasure import UserEraser
 from service.app.memories import MemoryService
 from service.config import Settings
-from service.core.events import BigintId
-from service.entrypoints.http.api_models import InjectedMemory, Injection
+from service.core.events import BIGINT_MAX, BigintId
+from service.entrypoints.http.api_models import InjectedMemory, Injection, UserErased
 from service.entrypoints.http.auth import internal_caller
 from service.entrypoints.http.envelope import Envelope, error_responses, ok
 
 
-def internal_router(service: MemoryService, settings: Settings) -> APIRouter:
+def internal_router(service: MemoryService, settings: Settings, eraser: UserEraser) -> APIRouter:
     router = APIRouter(
         prefix="/internal/v1/memory",
         tags=["internal"],
@@ -35,5 +37,13 @@ def internal_router(service: MemoryService, settings: Settings) -> APIRouter:
         # orjson encodes it.
         body = ok({"memories": [InjectedMemory.of(h) for h in result.memories], "prompt": result.prompt})
         return Response(orjson.dumps(body), media_type="application/json")
+
+    @router.delete("/users/{userId}", response_model=Envelope[UserErased])
+    async def erase_user(
+        user_id: Annotated[int, Path(alias="userId", ge=1, le=BIGINT_MAX)],
+    ) -> dict[str, object]:
+        """Erase everything the service keeps for the user; answers the rows removed per table.
+        Idempotent: a second call answers zeros."""
+        return ok({"userId": user_id, "removed": await eraser.erase(user_id)})
 
     return router

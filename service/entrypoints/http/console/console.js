@@ -294,6 +294,8 @@ async function showHistory(id, userId) {
       ? `${formatTime(h.createdAt)} 至 ${formatTime(h.lastAt)} · 共 ${h.count} 次`
       : formatTime(h.createdAt);
     li.append(el("strong", `${label("action", h.action)} · ${label("actor", h.actor)}`), el("div", when, "when"));
+    // A memory the user deleted keeps what happened, never its words (docs/api.md).
+    if (h.contentErased) li.append(el("div", `内容已由用户删除 · ${formatTime(h.contentErasedAt)}`, "erased"));
     if (h.oldContent) li.append(el("div", `旧: ${h.oldContent}`, "content"));
     if (h.newContent) li.append(el("div", `新: ${h.newContent}`, "content"));
     if (h.originSessionId) li.append(el("div", `会话 ${h.originSessionId}`, "when"));
