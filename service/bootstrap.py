@@ -24,6 +24,7 @@ from service.app.consolidation import Consolidator, thresholds
 from service.app.extraction import ExtractionHandler, ExtractionSlots
 from service.app.retention import Horizons, RetentionJob, RetentionReport
 from service.config import Settings
+from service.core.log_bounds import bound_log_values
 from service.entrypoints.consumer import EventProcessor, Received
 from service.entrypoints.http.app import create_apps
 from service.entrypoints.http.ops import Check
@@ -38,7 +39,8 @@ BUFFER_PER_SLOT = 8
 
 def configure_logging(level: str) -> None:
     """One JSON line per record on stdout, the service's own and its libraries' (uvicorn, Alembic,
-    aiokafka through the standard `logging`) alike, so a log reader never meets a plain-text line."""
+    aiokafka through the standard `logging`) alike, so a log reader never meets a plain-text line;
+    every text in it bounded (`bound_log_values`)."""
     stamp = structlog.processors.TimeStamper(fmt="iso", utc=True)
     render: list[structlog.typing.Processor] = [
         structlog.processors.format_exc_info,
@@ -47,7 +49,12 @@ def configure_logging(level: str) -> None:
     libraries = logging.StreamHandler(sys.stdout)
     libraries.setFormatter(
         structlog.stdlib.ProcessorFormatter(
-            foreign_pre_chain=[structlog.stdlib.add_logger_name, structlog.stdlib.add_log_level, stamp],
+            foreign_pre_chain=[
+                structlog.stdlib.add_logger_name,
+                structlog.stdlib.add_log_level,
+                stamp,
+                bound_log_values,
+            ],
             processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *render],
         )
     )
@@ -57,6 +64,7 @@ def configure_logging(level: str) -> None:
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             stamp,
+            bound_log_values,
             *render,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level)),
