@@ -28,6 +28,7 @@ from service.app.erasure import UserEraser
 from service.app.extraction import ExtractionHandler, ExtractionSlots
 from service.app.retention import Horizons, RetentionJob, RetentionReport
 from service.config import Settings
+from service.core.log_bounds import bound_log_values
 from service.entrypoints.consumer import EventProcessor, Received
 from service.entrypoints.http.app import create_apps
 from service.entrypoints.http.ops import Check, CheckFailed
@@ -43,8 +44,9 @@ BUFFER_PER_SLOT = 8
 
 def configure_logging(level: str, stream: TextIO = sys.stdout) -> None:
     """One JSON line per record on stdout, the service's own and its libraries' (uvicorn, Alembic,
-    aiokafka through the standard `logging`) alike, so a log reader never meets a plain-text line.
-    A command whose stdout is its result logs on stderr."""
+    aiokafka through the standard `logging`) alike, so a log reader never meets a plain-text line;
+    every text in it bounded (`bound_log_values`). A command whose stdout is its result logs on
+    stderr."""
     stamp = structlog.processors.TimeStamper(fmt="iso", utc=True)
     render: list[structlog.typing.Processor] = [
         structlog.processors.format_exc_info,
@@ -53,7 +55,12 @@ def configure_logging(level: str, stream: TextIO = sys.stdout) -> None:
     libraries = logging.StreamHandler(stream)
     libraries.setFormatter(
         structlog.stdlib.ProcessorFormatter(
-            foreign_pre_chain=[structlog.stdlib.add_logger_name, structlog.stdlib.add_log_level, stamp],
+            foreign_pre_chain=[
+                structlog.stdlib.add_logger_name,
+                structlog.stdlib.add_log_level,
+                stamp,
+                bound_log_values,
+            ],
             processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *render],
         )
     )
@@ -63,6 +70,7 @@ def configure_logging(level: str, stream: TextIO = sys.stdout) -> None:
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             stamp,
+            bound_log_values,
             *render,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level)),

@@ -15,8 +15,10 @@ After each generated batch:
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import struct
 from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
@@ -27,6 +29,7 @@ from hypothesis import strategies as st
 
 from service.adapters.db.database import Database
 from service.adapters.kafka.dead_letters import ORIGINAL_OFFSET, ORIGINAL_PARTITION, REASON, header
+from service.adapters.kafka.inflate import CODECS
 from service.adapters.metrics import Metrics
 from service.app.caches import CaptureSwitch
 from service.core.events import Undecodable, decode_event
@@ -36,7 +39,7 @@ from tests.conftest import said
 from tests.integration.conftest import HandlerFactory
 from tests.support.backends import Broker
 from tests.support.pool import ledger_of_user, set_capture
-from tests.support.raw_records import RawKey, raw_key_producers
+from tests.support.raw_records import RawKey, raw_batch, raw_key_producers, send_raw_batch, with_crc
 from tests.support.record_pipeline import RecordPipeline, produce
 from tests.support.scripted_llm import ScriptedLlm
 
@@ -44,6 +47,7 @@ EXAMPLES = int(os.environ.get("MEMORY_FUZZ_EXAMPLES", "12"))
 # What the generated batches held and how they ended, summed over the run (the fault report's row).
 TALLY: Counter[str] = Counter()
 USERS = range(9_100_000_001, 9_100_000_005)  # odd ones have auto-capture on
+LAST_DELTA, ATTRIBUTES, CONTROL_BIT = 23, 21, 0x20  # v2 header: lastOffsetDelta, attributes, control
 
 said_enough = st.sampled_from([said("fuzz"), said("模型")])  # long enough to reach the model
 texts = st.one_of(
@@ -185,3 +189,53 @@ def _bad_key(key: RawKey) -> bool:
     except UnicodeDecodeError:
         return True
     return False
+
+
+# Batches that lie about their offsets, as Tansu stores them (a real broker refuses them at produce time,
+# a damaged log still serves them): each kind, in every codec.
+DAMAGES = ["none", "crc_high", "crc_low", "lie_high", "lie_low", "negative_delta", "control_bit"]
+LIES: Counter[str] = Counter()  # damage kind/codec → batches sent (the fault report's row)
+lying_batches = st.lists(
+    st.tuples(st.sampled_from(DAMAGES), st.sampled_from([0, 1, 2, 3, 4]), st.integers(1, 5)),
+    min_size=1,
+    max_size=4,
+)
+
+
+def damaged(kind: str, codec: int, count: int, run: str) -> bytes:
+    event = encoded({"eventId": run, "userId": 1, "sessionId": 1})
+    data = bytearray(raw_batch([(b"s-1", event, [])] * count, compression=codec))
+    if kind in ("crc_high", "lie_high"):
+        struct.pack_into(">i", data, LAST_DELTA, count + 1000)
+    elif kind in ("crc_low", "lie_low"):
+        struct.pack_into(">i", data, LAST_DELTA, 0)
+    elif kind == "control_bit":
+        data[ATTRIBUTES + 1] |= CONTROL_BIT
+    elif kind == "negative_delta" and codec == 0:
+        data[61 + 3] = 1  # the first record's offset delta, zigzag -1
+    return bytes(data) if kind.startswith("crc") else with_crc(data)
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batches=lying_batches)
+async def test_every_offset_of_lying_batches_is_accounted_for_up_to_the_log_end(
+    pipeline: RecordPipeline, batches: list[tuple[str, int, int]]
+) -> None:
+    """Tansu's ListOffsets understates the log end, so a plain record sent last marks it: before it is
+    sent, the consumer has read the lying batches as the last of its fetches (bounded by the log end)."""
+    bases = []
+    for n, (kind, codec, count) in enumerate(batches):
+        data = damaged(kind, codec, count, f"lie-{n}")
+        bases.append(await send_raw_batch(pipeline.bootstrap, pipeline.topic, 0, data))
+        LIES.update([f"{kind}/{CODECS.get(codec, 'none')}"])
+    await asyncio.sleep(1.5)  # the lying batches read while they are the log's last
+    before_sentinel = pipeline.committed(0)
+    sentinel = await send_raw_batch(pipeline.bootstrap, pipeline.topic, 0, raw_batch([(b"s-2", b"{}", [])]))
+    assert before_sentinel <= sentinel, f"committed {before_sentinel} past the log end {sentinel}: {batches}"
+
+    end = sentinel + 1
+    assert await pipeline.settled({0: end}), f"committed {pipeline.committed(0)}, log end {end}: {batches}"
+    assert pipeline.committed(0) == end, f"committed past the log end {end}: {batches}"
+    missing = set(range(bases[0], end)) - pipeline.endings.covered[0]
+    assert not missing, f"offsets neither read nor dead-lettered: {sorted(missing)[:20]}: {batches}"
+    TALLY.update(lying_runs=1, lying_batches=len(batches), lying_offsets=end - bases[0])

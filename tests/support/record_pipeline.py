@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 
 from service.adapters.kafka.dead_letters import DeadLetterPublisher
+from service.adapters.kafka.record_format import STUB_OFFSETS
 from service.adapters.kafka.runner import KeyOrderedRunner
 from service.adapters.kafka.topics import ensure_topics
 from service.adapters.metrics import Metrics
@@ -27,10 +28,14 @@ class Endings:
 
     ended: dict[Coordinates, int] = field(default_factory=lambda: defaultdict(int))
     order: dict[tuple[int, bytes | None], list[int]] = field(default_factory=lambda: defaultdict(list))
+    covered: dict[int, set[int]] = field(default_factory=lambda: defaultdict(set))  # a stub's whole range
 
     def end(self, record: Record) -> None:
         self.ended[(record.partition, record.offset)] += 1
         self.order[(record.partition, record.key)].append(record.offset)
+        span = dict(record.headers).get(STUB_OFFSETS)
+        first = int(span.split(b"-")[0]) if span else record.offset
+        self.covered[record.partition].update(range(first, record.offset + 1))
 
 
 class Recording:

@@ -72,25 +72,25 @@ class InflatingBatch:
         self._header = _DefaultRecordBatchPy(raw[:_RECORDS_OFFSET])  # the header, not a copy of it all
         self._raw = raw
         self._budget = budget
-        self._crc_ok = True
-        self._cut: int | None = None
+        self.crc_failed = False
+        self.cut: int | None = None  # where the fetch's budget ended the batch
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._header, name)
 
     @property
     def next_offset(self) -> int:
-        return self._cut if self._cut is not None else int(self._header.next_offset)
+        return self.cut if self.cut is not None else int(self._header.next_offset)
 
     def validate_crc(self) -> bool:
         """A wrong CRC is not raised (the fetcher would fetch the batch again forever): the batch
         becomes one stub with its raw bytes."""
         crc = calc_crc32c(memoryview(self._raw)[_DefaultRecordBatchPy.ATTRIBUTES_OFFSET :])
-        self._crc_ok = crc == self._header.crc
+        self.crc_failed = crc != self._header.crc
         return True
 
     def __iter__(self) -> Iterator[TolerantRecord]:
-        if not self._crc_ok:
+        if self.crc_failed:
             return iter([batch_stub(self._raw, "the batch's CRC does not match its bytes")])
         return self._read()
 
@@ -109,7 +109,7 @@ class InflatingBatch:
             if expected > last:
                 return  # every offset is accounted for: the rest claims offsets it cannot have
             if expected >= counted_from and self._budget.exhausted():
-                self._cut = expected
+                self.cut = expected
                 return
             record, ends = self._next(stream, expected)
             if ends:

@@ -68,18 +68,21 @@ def base_offset(raw: bytes) -> int:
 
 
 def batch_stub(
-    raw: bytes, why: str, reason: str = DeadLetterReason.UNDECODABLE_RECORD, first: int | None = None
+    raw: bytes,
+    why: str,
+    reason: str = DeadLetterReason.UNDECODABLE_RECORD,
+    first: int | None = None,
+    last: int | None = None,
 ) -> TolerantRecord:
-    """One stub for a batch's offsets from `first` (its base by default) to its last, at the last one
+    """One stub for a batch's offsets from `first` (its base by default) to `last`, at the last one
     (so the fetcher moves past all of it however far into it it was positioned), carrying the batch's
-    raw bytes. The last offset is read from the batch's header even when the batch failed its CRC: it
-    is the only account of the batch's extent there is."""
+    raw bytes. Without `last`, the batch's header says where it ends (`batch_extent` bounds it)."""
     base = base_offset(raw)
     last_delta = -1
     if len(raw) >= _LAST_DELTA_OFFSET + 4 and raw[_MAGIC_OFFSET] >= _V2:
         (last_delta,) = struct.unpack_from(">i", raw, _LAST_DELTA_OFFSET)
     start = base if first is None else first
-    last = max(base + max(last_delta, 0), start)
+    last = max(base + max(last_delta, 0) if last is None else last, start)
     span = f"{start}-{last}"
     return stub(last, -1, 0, f"offsets {span}: {why}", reason, bytes(raw), [(STUB_OFFSETS, span.encode())])
 

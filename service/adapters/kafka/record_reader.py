@@ -22,6 +22,7 @@ and `tests/unit/test_record_reader.py` fails when an upgrade changes them.
 
 from __future__ import annotations
 
+import inspect
 import struct
 from collections.abc import Iterator
 from typing import Any
@@ -31,6 +32,7 @@ from aiokafka.record.default_records import DefaultRecordBatch, _DefaultRecordBa
 from aiokafka.record.legacy_records import LegacyRecordBatch
 from aiokafka.record.memory_records import MemoryRecords
 
+from service.adapters.kafka.batch_extent import AccountedBatch
 from service.adapters.kafka.compressed_batches import FetchBudget, InflatingBatch
 from service.adapters.kafka.record_format import (
     UNDECODABLE,
@@ -65,6 +67,7 @@ class TolerantMemoryRecords:
         self._next: tuple[int, int] | None = None
         self._pos = 0
         self._budget = FetchBudget()
+        self.log_end: int | None = None  # the partition's high watermark, when the fetcher says it
         self._cache_next()
 
     def fetched_from(self, offset: int) -> None:
@@ -96,12 +99,24 @@ class TolerantMemoryRecords:
         self._pos = end if end - start >= _MIN_BATCH else len(self._data)
         self._cache_next()
         raw = self._data[start:end]
+        # The next batch's base offset (a partial batch's too) bounds this one's extent.
+        following = self._data[self._pos : self._pos + 8]
+        next_base = base_offset(bytes(following)) if len(following) == 8 else None
+        if len(raw) >= _MIN_BATCH and raw[_MAGIC_OFFSET] < _V2:
+            return self._legacy(raw)
+        return AccountedBatch(self._v2(raw), bytes(raw), next_base, self.log_end)
+
+    def _legacy(self, raw: memoryview) -> Any:
+        """No headers to decode, nothing to read leniently: a failure is a stub."""
+        try:
+            return _TolerantBatch(LegacyRecordBatch(raw, raw[_MAGIC_OFFSET]), bytes(raw), lenient=False)
+        except Exception as exc:
+            return _UnreadableBatch(bytes(raw), f"batch unreadable: {type(exc).__name__}: {exc}")
+
+    def _v2(self, raw: memoryview) -> Any:
         try:
             if len(raw) < _MIN_BATCH:
                 raise ValueError(f"{len(raw)} bytes, less than a batch's overhead")
-            magic = raw[_MAGIC_OFFSET]
-            if magic < _V2:  # no headers to decode, nothing to read leniently: a failure is a stub
-                return _TolerantBatch(LegacyRecordBatch(raw, magic), bytes(raw), lenient=False)
             if raw[_ATTRIBUTES_OFFSET + 1] & _CODEC_MASK:
                 return InflatingBatch(bytes(raw), self._budget)
             return _TolerantBatch(DefaultRecordBatch(raw), bytes(raw))
@@ -116,8 +131,10 @@ class _UnreadableBatch:
     producer_id = None
     is_control_batch = False
     is_transactional = False
+    crc_failed = True  # nothing it says was checked
 
     def __init__(self, raw: bytes, why: str) -> None:
+        self.why = why
         record = batch_stub(raw, why)
         self.base_offset = base_offset(raw)
         self.next_offset = record.offset + 1
@@ -141,7 +158,7 @@ class _TolerantBatch:
         self._raw = raw
         self._lenient = lenient
         self._iterator: Iterator[Any] | None = None
-        self._crc_failed = False
+        self.crc_failed = False
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._batch, name)
@@ -149,7 +166,7 @@ class _TolerantBatch:
     def validate_crc(self) -> bool:
         """A wrong CRC is not raised (the fetcher would fetch the batch again forever): the batch is
         read as one stub instead, its records not trusted."""
-        self._crc_failed = not self._batch.validate_crc()
+        self.crc_failed = not self._batch.validate_crc()
         return True
 
     def __iter__(self) -> Iterator[Any]:
@@ -161,7 +178,7 @@ class _TolerantBatch:
         return next(self._iterator)
 
     def _read(self) -> Iterator[Any]:
-        if self._crc_failed:
+        if self.crc_failed:
             yield from _UnreadableBatch(self._raw, "the batch's CRC does not match its bytes")
             return
         try:
@@ -210,12 +227,32 @@ def _tolerant_records(raw: bytes, failure: str) -> Iterator[TolerantRecord]:
         yield record
 
 
+class _LogEndFetchResult(fetcher.FetchResult):  # type: ignore[misc]
+    """aiokafka's fetch result, which hands the partition's high watermark (set from the same fetch
+    response, before the records are read) to the record set: the log end bounds its last batch."""
+
+    def __init__(self, tp: Any, *, assignment: Any, partition_records: Any, backoff: Any) -> None:
+        super().__init__(tp, assignment=assignment, partition_records=partition_records, backoff=backoff)
+        records = getattr(partition_records, "_records", None)
+        if isinstance(records, TolerantMemoryRecords):
+            highwater = assignment.state_value(tp).highwater
+            records.log_end = highwater if isinstance(highwater, int) and highwater >= 0 else None
+
+
 def install() -> None:
-    """Make the fetcher build its record sets with `TolerantMemoryRecords` (idempotent)."""
+    """Make the fetcher build its record sets with `TolerantMemoryRecords`, and tell them the log end
+    (idempotent)."""
     current = getattr(fetcher, "MemoryRecords", None)
     if current is TolerantMemoryRecords:
         return
-    if current is not MemoryRecords or not hasattr(fetcher.PartitionRecords, "_unpack_records"):
+    result = getattr(fetcher, "FetchResult", None)
+    if (
+        current is not MemoryRecords
+        or not hasattr(fetcher.PartitionRecords, "_unpack_records")
+        or result is None
+        or list(inspect.signature(result.__init__).parameters)[1:]
+        != ["tp", "assignment", "partition_records", "backoff"]
+    ):
         raise RuntimeError(
             "aiokafka's fetcher no longer builds MemoryRecords as record_reader expects: "
             "check service/adapters/kafka/record_reader.py against the installed aiokafka"
@@ -230,3 +267,4 @@ def install() -> None:
 
     fetcher.PartitionRecords._unpack_records = unpack_counted
     fetcher.MemoryRecords = TolerantMemoryRecords
+    fetcher.FetchResult = _LogEndFetchResult
