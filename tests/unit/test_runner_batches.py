@@ -12,6 +12,7 @@ from typing import Any, NamedTuple, cast
 
 import pytest
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka.errors import IllegalStateError
 
 from service.adapters.kafka import runner
 from service.adapters.kafka.runner import READ_AHEAD_BYTES, READ_AHEAD_RECORDS, KeyOrderedRunner, Record
@@ -296,3 +297,49 @@ async def test_getmany_is_still_called_while_the_buffer_is_full(monkeypatch: pyt
     times = [at for at, _bound in consumer.calls]
     gaps = [b - a for a, b in pairwise(times)]
     assert consumer.paused_calls >= 5 and max(gaps) < 0.5, gaps
+
+
+class ReCreatedLog(OneFetch):
+    """A consumer standing at offset 20 of partitions whose log now ends at 5 (the topic was
+    deleted and created again); `revoke_on_settle`: a rebalance takes them while the runner waits
+    for their in-flight work."""
+
+    def __init__(self, partitions: set[TopicPartition]) -> None:
+        super().__init__({tp: [] for tp in partitions})
+        self.sought: list[TopicPartition] = []
+
+    def highwater(self, tp: TopicPartition) -> int | None:
+        return 5
+
+    async def position(self, tp: TopicPartition) -> int:
+        if tp not in self._assigned:
+            raise IllegalStateError(f"No current assignment for partition {tp}")
+        return 20
+
+    async def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        if any(tp not in self._assigned for tp in partitions):
+            raise IllegalStateError("No current assignment")
+        self.sought.extend(partitions)
+
+
+async def test_a_re_created_log_is_read_again_from_its_start() -> None:
+    consumer = ReCreatedLog({TP})
+    kor = KeyOrderedRunner(cast(AIOKafkaConsumer, consumer), "t", Recorder(), Metrics(), 64, grace_s=0.1)
+    await kor._watch_log_ends()
+    assert consumer.sought == [TP] and kor.catching_up == {TP: 5}
+
+
+async def test_a_partition_revoked_while_its_log_restart_waits_is_left_to_its_next_owner() -> None:
+    """A rebalance during the grace period (or between two partitions' checks) must not raise out
+    of the loop and stop the consumer: the next owner checks the partition itself."""
+    consumer = ReCreatedLog({TP, OTHER})
+    kor = KeyOrderedRunner(cast(AIOKafkaConsumer, consumer), "t", Recorder(), Metrics(), 64, grace_s=0.1)
+    settle = kor._settle
+
+    async def revoked_meanwhile(partitions: set[TopicPartition] | None) -> None:
+        consumer._assigned.clear()  # both partitions go to another member
+        await settle(partitions)
+
+    kor._settle = revoked_meanwhile  # type: ignore[method-assign]
+    await kor._watch_log_ends()
+    assert consumer.sought == [] and kor.catching_up == {}

@@ -21,7 +21,7 @@ from typing import Any, Generic, Protocol, TypeAlias, TypeVar
 import structlog
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
-from aiokafka.errors import KafkaError
+from aiokafka.errors import IllegalStateError, KafkaError
 from aiokafka.structs import OffsetAndMetadata
 
 from service.adapters.kafka import record_reader
@@ -336,12 +336,17 @@ class KeyOrderedRunner(Generic[Item]):
         again, or truncated. Brokers answer a fetch beyond the end with nothing (Tansu) or an
         out-of-range error that the reset policy settles quietly (Kafka), and aiokafka keeps its
         position either way, so the new log's records up to the old position would be skipped in
-        silence. The partition is read again from its start instead, as a new group would read it."""
+        silence. The partition is read again from its start instead, as a new group would read it.
+        A partition revoked meanwhile is left to its next owner, which checks it the same way."""
         for tp in self._consumer.assignment():
             end = self._consumer.highwater(tp)
             if end is None:
                 continue
-            stands = max(await self._consumer.position(tp), self._committed.get(tp, 0))
+            try:
+                position = await self._consumer.position(tp)
+            except IllegalStateError:  # revoked while an earlier partition was restarted
+                continue
+            stands = max(position, self._committed.get(tp, 0))
             if stands > end:
                 await self._restart_partition(tp, stands, end)
             elif tp in self.catching_up and self._committed.get(tp, -1) >= self.catching_up[tp]:
@@ -358,7 +363,12 @@ class KeyOrderedRunner(Generic[Item]):
         self._ahead = deque((p, records) for p, records in self._ahead if p != tp)
         self._ahead_bytes = sum(_size(records) for _p, records in self._ahead)
         await self._settle({tp})
-        await self._consumer.seek_to_beginning(tp)
+        if tp not in self._consumer.assignment():
+            return  # revoked during the grace period
+        try:
+            await self._consumer.seek_to_beginning(tp)
+        except IllegalStateError:
+            return
         self.catching_up[tp] = end
 
     def _update_lag(self) -> None:
