@@ -1,4 +1,4 @@
-"""`mao-memory run | worker | api | migrate | retention | dev-token | dlq replay`: the commands, given
+"""`mao-memory run | worker | api | migrate | retention | dev-token | dlq replay | eval`: the commands, given
 the composition root by `service.main`, the console script."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import secrets
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn, Protocol, TextIO
 
 from pydantic import SecretStr, ValidationError
@@ -18,6 +19,7 @@ from service.config import Settings, dotenv_file
 
 if TYPE_CHECKING:
     from service.app.retention import RetentionReport
+    from service.core.eval_cases import EvalCase
     from service.entrypoints.process import Mode, Service
 
 DEV_USER = 1
@@ -35,6 +37,15 @@ class CompositionRoot(Protocol):
     async def run_retention_once(
         self, settings: Settings, progress: Callable[[RetentionReport], None] | None = None
     ) -> RetentionReport: ...
+
+    async def run_eval(
+        self,
+        settings: Settings,
+        models: list[str],
+        cases: list[EvalCase],
+        concurrency: int,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> list[dict[str, object]]: ...
 
 
 def _load_settings() -> Settings:
@@ -106,7 +117,39 @@ def _parser() -> argparse.ArgumentParser:
     token.add_argument("--admin", action="store_true", help="with memory:read and memory:admin")
     token.add_argument("--hours", type=float, default=12.0, help="lifetime (default 12)")
     _add_dlq(commands)
+    _add_eval(commands)
     return parser
+
+
+def _add_eval(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    evaluate = commands.add_parser(
+        "eval",
+        help="score extraction models on the labelled set; prints a comparison table",
+        description="Run every labelled case through the real extraction path (prompt, litellm client, "
+        "answer guards, write decision) on a throwaway SQLite database, once per model, and score what "
+        "each stored: recall, precision, false-memory resistance, updates, dismissals, language, tokens, "
+        "cost, latency. Progress on stderr, the comparison table on stdout. The model is reached through "
+        "the MEMORY_LLM_* settings unless the flags below say otherwise.",
+    )
+    evaluate.add_argument(
+        "--model",
+        action="append",
+        required=True,
+        help="a litellm model name, e.g. openai/gpt-4o-mini; repeat to compare several",
+    )
+    evaluate.add_argument(
+        "--cases",
+        type=Path,
+        default=Path("eval/cases"),
+        help="a .jsonl file or a directory of them (default eval/cases)",
+    )
+    evaluate.add_argument("--out", type=Path, help="write the per-model reports here as JSON")
+    evaluate.add_argument(
+        "--concurrency", type=int, default=8, help="cases in flight at once, across models (default 8)"
+    )
+    evaluate.add_argument("--api-base", help="the provider's URL (default MEMORY_LLM_API_BASE)")
+    evaluate.add_argument("--api-key", help="the provider's key (default MEMORY_LLM_API_KEY)")
+    evaluate.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
 def _add_dlq(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -226,6 +269,46 @@ def _dlq(settings: Settings, args: argparse.Namespace) -> None:
         to_stderr(f"dlq replay done: {report.line()} ({replay.group})")
 
 
+def _eval(settings: Settings, args: argparse.Namespace, root: CompositionRoot) -> None:
+    import uvloop
+
+    from service.entrypoints.eval_command import CasesInvalid, comparison_table, load_cases, write_reports
+    from service.entrypoints.progress import Progress, to_stderr
+
+    if args.concurrency < 1:
+        _fail("--concurrency must be at least 1")
+    try:
+        cases = load_cases(args.cases)
+    except (CasesInvalid, OSError) as exc:
+        _fail(f"eval: {exc}")
+    updates: dict[str, object] = {"llm_api_base": args.api_base or settings.llm_api_base}
+    if args.api_key:
+        updates["llm_api_key"] = SecretStr(args.api_key)
+    settings = settings.model_copy(update=updates)
+    root.configure_logging("ERROR", sys.stderr)  # stdout is the table
+    total = len(cases) * len(set(args.model))
+    ticks = Progress(to_stderr, every=max(1, total // 20))
+
+    def progress(done: int, total: int) -> None:
+        line = f"eval {_bar(done, total)} {done}/{total} cases"
+        if done == total:
+            to_stderr(line)
+        else:
+            ticks.tick(done, lambda: line)
+
+    reports = uvloop.run(
+        root.run_eval(settings, args.model, cases, args.concurrency, None if args.quiet else progress)
+    )
+    print(comparison_table(reports))
+    if args.out is not None:
+        write_reports(args.out, reports)
+
+
+def _bar(done: int, total: int, width: int = 30) -> str:
+    filled = width * done // max(total, 1)
+    return "[" + "#" * filled + "." * (width - filled) + "]"
+
+
 def _with_throwaway_credentials(settings: Settings) -> Settings:
     """`run` on its embedded defaults without credentials: secrets for this process only, and a
     console link that signs in once, so a first look needs no set-up. The link carries a one-time
@@ -306,6 +389,7 @@ SERVICE_COMMANDS: dict[str, Callable[[Settings, argparse.Namespace, CompositionR
     "worker": _serve,
     "api": _serve,
     "retention": _retention,
+    "eval": _eval,
 }
 
 
