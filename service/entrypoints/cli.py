@@ -134,8 +134,8 @@ def _add_eval(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     evaluate.add_argument(
         "--model",
         action="append",
-        required=True,
-        help="a litellm model name, e.g. openai/gpt-4o-mini; repeat to compare several",
+        help="a litellm model name, e.g. openai/gpt-4o-mini; repeat to compare several "
+        "(default MEMORY_DEFAULT_MODEL)",
     )
     evaluate.add_argument(
         "--cases",
@@ -277,6 +277,7 @@ def _eval(settings: Settings, args: argparse.Namespace, root: CompositionRoot) -
 
     if args.concurrency < 1:
         _fail("--concurrency must be at least 1")
+    models: list[str] = args.model or [settings.default_model]
     try:
         cases = load_cases(args.cases)
     except (CasesInvalid, OSError) as exc:
@@ -286,7 +287,7 @@ def _eval(settings: Settings, args: argparse.Namespace, root: CompositionRoot) -
         updates["llm_api_key"] = SecretStr(args.api_key)
     settings = settings.model_copy(update=updates)
     root.configure_logging("ERROR", sys.stderr)  # stdout is the table
-    total = len(cases) * len(set(args.model))
+    total = len(cases) * len(set(models))
     ticks = Progress(to_stderr, every=max(1, total // 20))
 
     def progress(done: int, total: int) -> None:
@@ -297,7 +298,7 @@ def _eval(settings: Settings, args: argparse.Namespace, root: CompositionRoot) -
             ticks.tick(done, lambda: line)
 
     reports = uvloop.run(
-        root.run_eval(settings, args.model, cases, args.concurrency, None if args.quiet else progress)
+        root.run_eval(settings, models, cases, args.concurrency, None if args.quiet else progress)
     )
     print(comparison_table(reports))
     if args.out is not None:
