@@ -4,8 +4,9 @@ table printed, the reports written as JSON."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -60,7 +61,7 @@ def _cell(value: object) -> str:
     return str(value)
 
 
-def _category_cell(scores: dict[str, object]) -> str:
+def _category_cell(scores: Mapping[str, Any]) -> str:
     """Recall / precision / resistance of one category, two decimals each."""
     return "/".join(
         "-" if scores[k] is None else f"{scores[k]:.2f}"
@@ -68,7 +69,7 @@ def _category_cell(scores: dict[str, object]) -> str:
     )
 
 
-def comparison_table(reports: Sequence[dict[str, object]]) -> str:
+def comparison_table(reports: Sequence[Mapping[str, Any]]) -> str:
     """One column per model: the scores, the update counts, usage, failures, then each category's
     recall / precision / resistance."""
     rows: list[tuple[str, list[str]]] = [("model", [str(r["model"]) for r in reports])]
@@ -82,10 +83,9 @@ def comparison_table(reports: Sequence[dict[str, object]]) -> str:
     )
     rows.append(("failures", [_failures(r["failures"]) for r in reports]))
     rows.append(("per category: recall/precision/resistance", ["" for _ in reports]))
-    categories = sorted({c for r in reports for c in r["per_category"]})  # type: ignore[attr-defined]
-    for category in categories:
-        cells = [_category_cell(r["per_category"].get(category)) for r in reports]  # type: ignore[attr-defined]
-        rows.append((f"  {category}", cells))
+    # Every model ran the same cases, so every report has the same categories.
+    for category in reports[0]["per_category"] if reports else ():
+        rows.append((f"  {category}", [_category_cell(r["per_category"][category]) for r in reports]))
     first = max(len(name) for name, _ in rows)
     widths = [max(len(cells[i]) for _, cells in rows) for i in range(len(reports))]
     return "\n".join(
@@ -94,13 +94,11 @@ def comparison_table(reports: Sequence[dict[str, object]]) -> str:
     )
 
 
-def _updates(update: object) -> str:
-    assert isinstance(update, dict)
+def _updates(update: Mapping[str, int]) -> str:
     return f"{update['correct']}/{update['hallucinated']}/{update['omitted']}"
 
 
-def _failures(failures: object) -> str:
-    assert isinstance(failures, dict)
+def _failures(failures: Mapping[str, int]) -> str:
     return ", ".join(f"{kind} {count}" for kind, count in failures.items()) or "none"
 
 
