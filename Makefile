@@ -8,7 +8,7 @@ RUNTIME_STAMP := $(VENV)/.runtime-stamp
 DEV_STAMP := $(VENV)/.dev-stamp
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: install run test test-fast faults simulate test-model lint unit schemas bench clean screenshots
+.PHONY: install run test test-fast faults simulate test-model lint unit schemas bench clean screenshots eval
 
 $(RUNTIME_STAMP): pyproject.toml
 	@echo "mao-memory: installing the service's dependencies into $(VENV) (once; pip lists each package)"
@@ -60,6 +60,14 @@ test-model: install
 	scripts/ensure-mariadb
 	scripts/ensure-model-server
 	MEMORY_TEST_MODEL=1 $(BIN)/pytest -p no:cacheprovider tests/model -s
+
+## Extraction quality on the labelled set (eval/cases) with real models, reached through the
+## MEMORY_LLM_* settings: `make eval MODELS="openai/gpt-4o-mini openai/gpt-4.1-mini"` (default
+## MEMORY_DEFAULT_MODEL). Prints the comparison table; writes tests/output/eval.json.
+MODELS ?=
+eval: $(RUNTIME_STAMP)
+	@mkdir -p tests/output
+	$(BIN)/mao-memory eval $(foreach m,$(MODELS),--model $(m)) --out tests/output/eval.json $(EVAL_ARGS)
 
 lint: install
 	$(BIN)/ruff check --fix service tests scripts migrations

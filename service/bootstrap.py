@@ -3,8 +3,10 @@ object graph of a mode, a `Service`; `service.entrypoints.process` runs it."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
+import tempfile
 from collections.abc import Callable
 from datetime import timedelta
 from typing import TextIO
@@ -15,7 +17,7 @@ from starlette.applications import Starlette
 
 from service.adapters.circuit_breaker import BreakerState, CircuitBreaker
 from service.adapters.db.database import Database
-from service.adapters.db.engine import SCHEMA_HEAD, build_engine
+from service.adapters.db.engine import SCHEMA_HEAD, build_engine, upgrade_schema
 from service.adapters.kafka.dead_letters import DeadLetterPublisher
 from service.adapters.kafka.embedded_broker import EmbeddedBroker
 from service.adapters.kafka.runner import KeyOrderedRunner
@@ -25,9 +27,11 @@ from service.adapters.metrics import Metrics
 from service.app.caches import CaptureSwitch, ProjectRecorder
 from service.app.consolidation import Consolidator, thresholds
 from service.app.erasure import UserEraser
+from service.app.evaluation import EvalTarget, TimedLlm, evaluate
 from service.app.extraction import ExtractionHandler, ExtractionSlots
 from service.app.retention import Horizons, RetentionJob, RetentionReport
 from service.config import Settings
+from service.core.eval_cases import EvalCase
 from service.core.log_bounds import bound_log_values
 from service.entrypoints.consumer import EventProcessor, Received
 from service.entrypoints.http.app import create_apps
@@ -235,6 +239,48 @@ async def erase_user(settings: Settings, user_id: int) -> dict[str, int]:
         return await UserEraser(db, Metrics()).erase(user_id)
     finally:
         await db.dispose()
+
+
+async def run_eval(
+    settings: Settings,
+    models: list[str],
+    cases: list[EvalCase],
+    concurrency: int,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[dict[str, object]]:
+    """The labelled cases through each model's own handler and client, on a throwaway SQLite
+    database migrated like production's; one report per model, in the order given."""
+    with tempfile.TemporaryDirectory(prefix="mao-memory-eval-") as scratch:
+        url = f"sqlite+aiosqlite:///{scratch}/eval.db"
+        await asyncio.to_thread(upgrade_schema, url)
+        db = build_database(settings.model_copy(update={"database_url": url}))
+        targets = [_eval_target(settings, model, i, db) for i, model in enumerate(dict.fromkeys(models))]
+        try:
+            await evaluate(targets, cases, concurrency, progress)
+            return [target.report() for target in targets]
+        finally:
+            for target in targets:
+                await target.client.stop()
+            await db.dispose()
+
+
+def _eval_target(settings: Settings, model: str, index: int, db: Database) -> EvalTarget:
+    """A model's handler as production builds it, with the model as its default (no D10 setting
+    in the throwaway database) and its own client and metrics, so tokens and cost are its alone."""
+    settings = settings.model_copy(update={"default_model": model})
+    metrics = Metrics()
+    client = build_llm(settings, metrics)
+    llm = TimedLlm(client)
+    handler = ExtractionHandler(
+        db,
+        llm,
+        metrics,
+        settings,
+        CaptureSwitch(db, settings.capture_cache_ttl_s),
+        ProjectRecorder(db),
+        slots=ExtractionSlots.of(settings.max_in_flight, settings.database_pool_size),
+    )
+    return EvalTarget(model, handler, llm, client, metrics, db, index, priced=client.priced(model))
 
 
 def build_http(

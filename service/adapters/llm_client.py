@@ -471,6 +471,10 @@ class LlmClient:
             cost = fresh * price[0] + completion * price[1] + read * price[2] + written * price[3]
             self._metrics.llm_cost.labels(purpose).inc(max(cost, 0.0))
 
+    def priced(self, model: str) -> bool:
+        """Whether litellm's cost map prices the model, so that a cost of 0 means free, not unknown."""
+        return self._price(model) is not None
+
     def _price(self, model: str) -> tuple[float, float, float, float] | None:
         """USD per prompt, completion, cache-read and cache-write token from litellm's local cost
         map, looked up once per model; a model without cache rates pays the prompt rate for them.

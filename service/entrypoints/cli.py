@@ -1,5 +1,5 @@
-"""`mao-memory run | worker | api | migrate | retention | erase-user | dev-token | dlq replay | settings`: the
-commands, given the composition root by `service.main`, the console script."""
+"""`mao-memory run | worker | api | migrate | retention | erase-user | dev-token | dlq replay | settings |
+eval`: the commands, given the composition root by `service.main`, the console script."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import secrets
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn, Protocol, TextIO
 
 from pydantic import SecretStr, ValidationError
@@ -18,6 +19,7 @@ from service.config import Settings, dotenv_file
 
 if TYPE_CHECKING:
     from service.app.retention import RetentionReport
+    from service.core.eval_cases import EvalCase
     from service.entrypoints.process import Mode, Service
 
 DEV_USER = 1
@@ -37,6 +39,14 @@ class CompositionRoot(Protocol):
     ) -> RetentionReport: ...
 
     async def erase_user(self, settings: Settings, user_id: int) -> dict[str, int]: ...
+    async def run_eval(
+        self,
+        settings: Settings,
+        models: list[str],
+        cases: list[EvalCase],
+        concurrency: int,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> list[dict[str, object]]: ...
 
 
 def _load_settings() -> Settings:
@@ -99,7 +109,11 @@ def _parser() -> argparse.ArgumentParser:
         "the MEMORY_RETENTION_* horizons; prints what it removed as JSON.",
     )
     erase = commands.add_parser(
-        "erase-user", help="erase everything kept for a user (a closed account); prints rows removed"
+        "erase-user",
+        help="erase everything kept for a user (a closed account); prints rows removed",
+        description="Delete every row kept for the user (memories, history, capture preference, "
+        "projects, ledger and budget rows) in one transaction under the user's lock, as DELETE "
+        "/internal/v1/memory/users/{userId} does; prints what it removed per table as JSON.",
     )
     erase.add_argument("user_id", type=int, metavar="USER_ID", help="the user id")
     token = commands.add_parser(
@@ -113,7 +127,39 @@ def _parser() -> argparse.ArgumentParser:
     token.add_argument("--hours", type=float, default=12.0, help="lifetime (default 12)")
     _add_dlq(commands)
     _add_settings_parser(commands)
+    _add_eval(commands)
     return parser
+
+
+def _add_eval(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    evaluate = commands.add_parser(
+        "eval",
+        help="score extraction models on the labelled set; prints a comparison table",
+        description="Run every labelled case through the real extraction path (prompt, litellm client, "
+        "answer guards, write decision) on a throwaway SQLite database, once per model, and score what "
+        "each stored: recall, precision, false-memory resistance, updates, dismissals, language, tokens, "
+        "cost, latency. Progress on stderr, the comparison table on stdout. The model is reached through "
+        "the MEMORY_LLM_* settings unless the flags below say otherwise.",
+    )
+    evaluate.add_argument(
+        "--model",
+        action="append",
+        help="a litellm model name, e.g. openai/gpt-4o-mini; repeat to compare several "
+        "(default MEMORY_DEFAULT_MODEL)",
+    )
+    evaluate.add_argument(
+        "--cases",
+        type=Path,
+        default=Path("eval/cases"),
+        help="a .jsonl file or a directory of them (default eval/cases)",
+    )
+    evaluate.add_argument("--out", type=Path, help="write the per-model reports here as JSON")
+    evaluate.add_argument(
+        "--concurrency", type=int, default=8, help="cases in flight at once, across models (default 8)"
+    )
+    evaluate.add_argument("--api-base", help="the provider's URL (default MEMORY_LLM_API_BASE)")
+    evaluate.add_argument("--api-key", help="the provider's key (default MEMORY_LLM_API_KEY)")
+    evaluate.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
 def _add_dlq(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -364,6 +410,47 @@ async def _settings_command(settings: Settings, args: argparse.Namespace) -> dic
         await db.dispose()
 
 
+def _eval(settings: Settings, args: argparse.Namespace, root: CompositionRoot) -> None:
+    import uvloop
+
+    from service.entrypoints.eval_command import CasesInvalid, comparison_table, load_cases, write_reports
+    from service.entrypoints.progress import Progress, to_stderr
+
+    if args.concurrency < 1:
+        _fail("--concurrency must be at least 1")
+    models: list[str] = args.model or [settings.default_model]
+    try:
+        cases = load_cases(args.cases)
+    except (CasesInvalid, OSError) as exc:
+        _fail(f"eval: {exc}")
+    updates: dict[str, object] = {"llm_api_base": args.api_base or settings.llm_api_base}
+    if args.api_key:
+        updates["llm_api_key"] = SecretStr(args.api_key)
+    settings = settings.model_copy(update=updates)
+    root.configure_logging("ERROR", sys.stderr)  # stdout is the table
+    total = len(cases) * len(set(models))
+    ticks = Progress(to_stderr, every=max(1, total // 20))
+
+    def progress(done: int, total: int) -> None:
+        line = f"eval {_bar(done, total)} {done}/{total} cases"
+        if done == total:
+            to_stderr(line)
+        else:
+            ticks.tick(done, lambda: line)
+
+    reports = uvloop.run(
+        root.run_eval(settings, models, cases, args.concurrency, None if args.quiet else progress)
+    )
+    print(comparison_table(reports))
+    if args.out is not None:
+        write_reports(args.out, reports)
+
+
+def _bar(done: int, total: int, width: int = 30) -> str:
+    filled = width * done // max(total, 1)
+    return "[" + "#" * filled + "." * (width - filled) + "]"
+
+
 def _with_throwaway_credentials(settings: Settings) -> Settings:
     """`run` on its embedded defaults without credentials: secrets for this process only, and a
     console link that signs in once, so a first look needs no set-up. The link carries a one-time
@@ -452,6 +539,7 @@ SERVICE_COMMANDS: dict[str, Callable[[Settings, argparse.Namespace, CompositionR
     "api": _serve,
     "retention": _retention,
     "erase-user": _erase_user,
+    "eval": _eval,
 }
 
 

@@ -40,3 +40,15 @@ def test_a_second_make_run_installs_nothing(tmp_path: Path) -> None:
     (venv / ".runtime-stamp").touch()  # newer than pyproject.toml: the first run's install
     plan = planned("run", venv)
     assert "pip" not in plan and "mao-memory run" in plan
+
+
+def test_make_eval_needs_the_runtime_only_and_passes_each_model(tmp_path: Path) -> None:
+    plan = subprocess.run(
+        ["make", "-n", "-C", str(ROOT), "eval", f"VENV={tmp_path / 'venv'}", "MODELS=openai/a openai/b"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert "pip install -e ." in plan and "[dev]" not in plan
+    assert "mao-memory eval --model openai/a --model openai/b --out tests/output/eval.json" in plan
