@@ -9,6 +9,7 @@ import struct
 
 import aiokafka.consumer.fetcher as fetcher
 import pytest
+from aiokafka.record.default_records import _DefaultRecordBatchBuilderPy
 from aiokafka.structs import TopicPartition
 
 from service.adapters.kafka.record_format import STUB_OFFSETS, UNDECODABLE
@@ -142,3 +143,64 @@ def test_a_control_batch_of_markers_is_skipped_as_aiokafka_skips_it() -> None:
     markers = bytearray(raw_batch([(b"\x00\x00\x00\x00", b"\x00" * 6, [])], 3))
     read_back = read(bytes(batch(0, 3) + control(markers) + batch(4, 1)), 0, log_end=5)
     assert [r.offset for r in read_back[:-1]] == [0, 1, 2, 4] and read_back[-1] == 5  # type: ignore[attr-defined]
+
+
+def test_a_base_offset_damaged_high_never_carries_the_commit_past_the_log_end() -> None:
+    """The base offset sits outside the CRC: a damaged one in the next batch passes every check, so
+    the extent it suggests is bounded by the log end all the same."""
+    data = batch(0, 5) + batch(1000, 5) + batch(10, 5)
+    read_back = read(bytes(data), 0, log_end=15)
+    assert read_back[-1] == 15, f"the fetcher went to {read_back[-1]}, not the log end"
+    assert accounted(read_back) == list(range(15))
+    assert stubs(read_back) == [(9, b"5-9")]
+    assert read_back[5].value == bytes(batch(1000, 5))  # type: ignore[attr-defined]
+    first = read(bytes(batch(1000, 5) + batch(5, 5)), 0, log_end=10)
+    assert accounted(first) == list(range(10)) and stubs(first) == [(4, b"0-4")]
+
+
+def test_a_log_end_lagging_the_fetched_batches_loses_nothing() -> None:
+    """A high watermark read before the last batches were appended: a batch at or past it, with none
+    below it after, is a real one."""
+    data = batch(0, 5) + batch(5, 5) + batch(10, 5)
+    for log_end, position in ((3, 15), (5, 15), (10, 15), (12, 12)):  # inside the last: read again
+        read_back = read(bytes(data), 0, log_end=log_end)
+        assert accounted(read_back) == list(range(position)) and read_back[-1] == position
+        assert stubs(read_back) == []
+
+
+def read_committed(data: bytes, fetch_offset: int, aborted: list[tuple[int, int]]) -> list[object]:
+    records = TolerantMemoryRecords(data)
+    partition = fetcher.PartitionRecords(
+        TP, records, aborted, fetch_offset, None, None, True, fetcher.READ_COMMITTED
+    )
+    out = list(partition)
+    out.append(partition.next_fetch_offset)
+    return out
+
+
+def transactional(base: int, count: int, producer_id: int, tag: str = "t") -> bytearray:
+    builder = _DefaultRecordBatchBuilderPy(2, 0, 1, producer_id, 0, 0, 2**30)
+    for i in range(count):
+        builder.append(i, timestamp=1_700_000_000_000 + i, key=b"k", value=f"{tag}{i}".encode(), headers=[])
+    data = builder.build()
+    struct.pack_into(">q", data, 0, base)
+    return bytearray(data)
+
+
+def marker(base: int, producer_id: int, kind: int) -> bytes:
+    builder = _DefaultRecordBatchBuilderPy(2, 0, 1, producer_id, 0, 0, 2**30)
+    builder.append(
+        0, timestamp=1_700_000_000_000, key=struct.pack(">hh", 0, kind), value=b"\x00" * 6, headers=[]
+    )
+    data = builder.build()
+    struct.pack_into(">q", data, 0, base)
+    data[ATTRIBUTES + 1] |= CONTROL_BIT
+    return with_crc(data)
+
+
+def test_a_read_committed_fetch_skips_an_aborted_transaction_and_its_markers() -> None:
+    """aiokafka's read_committed path asks a batch its producer and reads an abort marker itself."""
+    data = batch(0, 2) + transactional(2, 2, 7) + marker(4, 7, 0) + transactional(5, 2, 8) + marker(7, 8, 1)
+    read_back = read_committed(bytes(data), 0, aborted=[(7, 2)])
+    assert [r.value for r in read_back[:-1]] == [b"v0", b"v1", b"t0", b"t1"]  # type: ignore[attr-defined]
+    assert read_back[-1] == 8

@@ -43,3 +43,18 @@ def test_the_bound_costs_next_to_nothing_on_an_ordinary_line() -> None:
     runs = timeit.repeat(lambda: bound_log_values(None, "info", dict(event)), number=10_000, repeat=3)
     per_call = min(runs)
     assert per_call / 10_000 < 20e-6
+
+
+def test_a_text_nested_in_a_list_or_dict_or_an_object_is_bounded_too() -> None:
+    """A structured value (headers as pairs, a dict of fields, an object rendered by repr) reaches the
+    line as a whole unless the bound walks into it."""
+    huge = "c" * 4_194_304
+
+    class Loud:
+        def __repr__(self) -> str:
+            return huge
+
+    event = {"event": "x", "headers": [("h", huge.encode())], "fields": {"a": {"b": [huge]}}, "obj": Loud()}
+    line = structlog.processors.JSONRenderer()(None, "info", bound_log_values(None, "info", event))
+    assert len(line.encode()) < 4096, f"a {len(line.encode())}-byte line"
+    assert "(4194304 bytes)" in line

@@ -26,7 +26,7 @@ from typing import Any
 
 import structlog
 
-from service.adapters.kafka.record_format import STUB_OFFSETS, TolerantRecord, batch_stub, stub
+from service.adapters.kafka.record_format import STUB_OFFSETS, TolerantRecord, base_offset, batch_stub, stub
 
 log = structlog.get_logger(__name__)
 
@@ -45,7 +45,10 @@ class AccountedBatch:
     """A v2 batch read by `inner` (which never raises), bounded to the extent the bytes around it
     allow: the next batch's base offset in the fetch and the partition's log end, when known."""
 
-    def __init__(self, inner: Any, raw: bytes, next_base: int | None, log_end: int | None) -> None:
+    def __init__(
+        self, inner: Any, raw: bytes, next_base: int | None, log_end: int | None, after: int = -1
+    ) -> None:
+        """`after`: the last offset the fetch accounted for before this batch."""
         self._inner = inner
         self._raw = raw
         self.base_offset = int(inner.base_offset)
@@ -53,14 +56,31 @@ class AccountedBatch:
         self._allowed = _last_allowed(self.base_offset, next_base, log_end)
         self._iterator: Iterator[Any] | None = None
         self._records: list[Any] | None = None  # a control batch's, read once to check them
-        if next_base is not None and self._allowed == next_base - 1:
+        # The base offset sits outside the CRC: one past the log end, with the next batch below the
+        # log end, is damage. The batch then holds only the offsets between its neighbours.
+        self._base_lies = (
+            next_base is not None and log_end is not None and next_base < log_end <= self.base_offset
+        )
+        if self._base_lies and next_base is not None:
+            self.base_offset = after + 1
+            self._allowed = self.end = max(next_base - 1, after)
+        elif next_base is not None and self._allowed == next_base - 1:
             self.end = self._allowed  # every offset up to the next batch is this one's
         else:  # the last of a fetch ends where it says, or at the log end
             self.end = self._declared if self._allowed is None else min(self._declared, self._allowed)
 
     @property
     def crc_failed(self) -> bool:
-        return bool(getattr(self._inner, "crc_failed", True))
+        return self._base_lies or bool(getattr(self._inner, "crc_failed", True))
+
+    @property
+    def producer_id(self) -> int | None:
+        """read_committed asks it to skip aborted transactions; a batch failing its CRC names none."""
+        return None if self.crc_failed else self._inner.producer_id
+
+    @property
+    def is_transactional(self) -> bool:
+        return not self.crc_failed and bool(self._inner.is_transactional)
 
     @property
     def next_offset(self) -> int:
@@ -94,10 +114,18 @@ class AccountedBatch:
 
     def _read(self) -> Iterator[Any]:
         if self.crc_failed:
+            if self.end < self.base_offset:
+                return  # a batch with a lying base between adjacent batches holds no offset
             why = getattr(self._inner, "why", "the batch's CRC does not match its bytes")
+            if self._base_lies:
+                why = f"its base offset {base_offset(self._raw)} lies past the log end"
             yield batch_stub(self._raw, why, first=self.base_offset, last=self.end)
             return
         control = bool(self._inner.is_control_batch)
+        if control and self.is_control_batch:
+            # Only read_committed reads a marker batch (for its abort marker); it is skipped after.
+            yield from self._control_records()
+            return
         expected, beyond = self.base_offset, 0
         for read in self._control_records() if control else self._inner:
             record = read

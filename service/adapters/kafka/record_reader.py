@@ -68,6 +68,7 @@ class TolerantMemoryRecords:
         self._pos = 0
         self._budget = FetchBudget()
         self.log_end: int | None = None  # the partition's high watermark, when the fetcher says it
+        self._previous: Any = None  # the last batch handed out: where the next one's offsets begin
         self._cache_next()
 
     def fetched_from(self, offset: int) -> None:
@@ -99,12 +100,34 @@ class TolerantMemoryRecords:
         self._pos = end if end - start >= _MIN_BATCH else len(self._data)
         self._cache_next()
         raw = self._data[start:end]
-        # The next batch's base offset (a partial batch's too) bounds this one's extent.
-        following = self._data[self._pos : self._pos + 8]
-        next_base = base_offset(bytes(following)) if len(following) == 8 else None
+        # The next batch's base offset (a partial batch's too) bounds this one's extent, unless it
+        # lies (`AccountedBatch`): then the one after it does, and this batch ends where it says.
+        next_base, log_end = self._base_at(self._pos), self.log_end
+        beyond = self._base_after(self._pos)
+        if (
+            next_base is not None
+            and beyond is not None
+            and log_end is not None
+            and beyond < log_end <= next_base
+        ):
+            next_base, log_end = None, beyond
+        after = self._budget.fetched_from - 1 if self._previous is None else self._previous.next_offset - 1
         if len(raw) >= _MIN_BATCH and raw[_MAGIC_OFFSET] < _V2:
-            return self._legacy(raw)
-        return AccountedBatch(self._v2(raw), bytes(raw), next_base, self.log_end)
+            self._previous = self._legacy(raw)
+        else:
+            self._previous = AccountedBatch(self._v2(raw), bytes(raw), next_base, log_end, after)
+        return self._previous
+
+    def _base_at(self, pos: int) -> int | None:
+        head = self._data[pos : pos + 8]
+        return base_offset(bytes(head)) if len(head) == 8 else None
+
+    def _base_after(self, pos: int) -> int | None:
+        """The base offset of the batch after the one at `pos`, when the fetch holds it."""
+        if len(self._data) - pos < _LOG_OVERHEAD:
+            return None
+        (length,) = struct.unpack_from(">i", self._data, pos + 8)
+        return self._base_at(pos + _LOG_OVERHEAD + max(length, 0))
 
     def _legacy(self, raw: memoryview) -> Any:
         """No headers to decode, nothing to read leniently: a failure is a stub."""
