@@ -46,11 +46,12 @@ log = structlog.get_logger(__name__)
 BUFFER_PER_SLOT = 8
 
 
-def configure_logging(level: str, stream: TextIO = sys.stdout) -> None:
+def configure_logging(level: str, stream: TextIO | None = None) -> None:
     """One JSON line per record on stdout, the service's own and its libraries' (uvicorn, Alembic,
     aiokafka through the standard `logging`) alike, so a log reader never meets a plain-text line;
     every text in it bounded (`bound_log_values`). A command whose stdout is its result logs on
-    stderr."""
+    stderr. `stream` defaults to the `sys.stdout` of the call, not of the import."""
+    stream = stream or sys.stdout
     stamp = structlog.processors.TimeStamper(fmt="iso", utc=True)
     render: list[structlog.typing.Processor] = [
         structlog.processors.format_exc_info,
