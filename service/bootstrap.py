@@ -26,6 +26,7 @@ from service.app.caches import CaptureSwitch, ProjectRecorder
 from service.app.consolidation import Consolidator, thresholds
 from service.app.erasure import UserEraser
 from service.app.extraction import ExtractionHandler, ExtractionSlots
+from service.app.model_quality import ModelQualityReport
 from service.app.retention import Horizons, RetentionJob, RetentionReport
 from service.config import Settings
 from service.core.log_bounds import bound_log_values
@@ -107,6 +108,7 @@ def build_service(settings: Settings, mode: Mode) -> Service:
         consumption=consumption,
         llm=llm,
         retention=build_retention(settings, db, metrics) if periodic else None,
+        quality=ModelQualityReport(db, metrics) if settings.quality_refresh_minutes > 0 else None,
     )
 
 
