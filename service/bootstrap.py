@@ -29,6 +29,7 @@ from service.app.consolidation import Consolidator, thresholds
 from service.app.erasure import UserEraser
 from service.app.evaluation import EvalTarget, TimedLlm, evaluate
 from service.app.extraction import ExtractionHandler, ExtractionSlots
+from service.app.model_quality import ModelQualityReport
 from service.app.retention import Horizons, RetentionJob, RetentionReport
 from service.config import Settings
 from service.core.eval_cases import EvalCase
@@ -112,6 +113,7 @@ def build_service(settings: Settings, mode: Mode) -> Service:
         consumption=consumption,
         llm=llm,
         retention=build_retention(settings, db, metrics) if periodic else None,
+        quality=ModelQualityReport(db, metrics) if settings.quality_refresh_minutes > 0 else None,
     )
 
 

@@ -140,6 +140,8 @@ class Settings(BaseSettings):
     retention_ledger_days: float = Field(default=30.0, ge=1)
     retention_deleted_history_days: float = Field(default=365.0, gt=0)
     retention_interval_hours: float = Field(default=24.0, ge=0)  # 0: no periodic run in `worker`
+    # How often each process reads the model-quality figures into its gauges; 0: never.
+    quality_refresh_minutes: float = Field(default=15.0, ge=0)
 
     log_level: str = "INFO"
 

@@ -23,6 +23,7 @@ from service.core.labels import (
     TokenKind,
 )
 from service.core.model import Action
+from service.core.model_quality import ModelQuality
 from service.core.outcomes import Outcome
 from service.core.persist_plan import Result
 
@@ -186,7 +187,58 @@ class Metrics:
         self.committed_offset = Gauge(
             f"{PREFIX}_committed_offset", "Last committed offset", ["partition"], registry=r
         )
+        self._model_quality_gauges(r)
         self._initialize_series()
+
+    def _model_quality_gauges(self, r: CollectorRegistry) -> None:
+        """Per extraction model, over its memories of the last 90 days (`core.model_quality`); the
+        `model` label holds at most `MAX_MODELS` names and "(other)"."""
+        self.model_created = Gauge(
+            f"{PREFIX}_model_memories_created",
+            "Memories the model's extractions inserted in the last 90 days",
+            ["model"],
+            registry=r,
+        )
+        self.model_cohort = Gauge(
+            f"{PREFIX}_model_memories_cohort",
+            "The model's memories at least `within` old: the denominator of the rejected share",
+            ["model", "within"],
+            registry=r,
+        )
+        self.model_rejected = Gauge(
+            f"{PREFIX}_model_memories_rejected",
+            "The model's memories of the cohort that the user first dismissed, deleted or edited "
+            "within `within` of their creation, by that first action",
+            ["model", "kind", "within"],
+            registry=r,
+        )
+        self.model_reconfirmed = Gauge(
+            f"{PREFIX}_model_memories_reconfirmed",
+            "The model's memories touched at least once by a later extraction",
+            ["model"],
+            registry=r,
+        )
+        self.model_touches = Gauge(
+            f"{PREFIX}_model_memory_touches",
+            "Touches of the model's memories by later extractions",
+            ["model"],
+            registry=r,
+        )
+
+    def publish_model_quality(self, figures: list[ModelQuality]) -> None:
+        """Replaces every model's series (synchronously, so no scrape sees half of them)."""
+        gauges = (self.model_created, self.model_cohort, self.model_rejected)
+        for gauge in (*gauges, self.model_reconfirmed, self.model_touches):
+            gauge.clear()
+        for q in figures:
+            self.model_created.labels(q.model).set(q.created)
+            self.model_reconfirmed.labels(q.model).set(q.reconfirmed)
+            self.model_touches.labels(q.model).set(q.touches)
+            for h in q.horizons:
+                within = f"{h.days}d"
+                self.model_cohort.labels(q.model, within).set(h.cohort)
+                for kind, count in h.rejected.items():
+                    self.model_rejected.labels(q.model, kind.label, within).set(count)
 
     def _initialize_series(self) -> None:
         """Every known label set exists from the start at 0, so rates and alerts never see a gap."""

@@ -34,6 +34,7 @@ from service.adapters.llm_client import LlmClient
 from service.adapters.metrics import Metrics
 from service.app.caches import CaptureSwitch
 from service.app.consolidation import Consolidator
+from service.app.model_quality import ModelQualityReport
 from service.app.retention import RetentionJob
 from service.config import Settings
 from service.core.topic_durability import Durability
@@ -78,6 +79,7 @@ class Service:
     consumption: Consumption | None  # None in `api` mode
     llm: LlmClient  # the consumer's; in `api` mode, the one a model is checked through before it is set
     retention: RetentionJob | None  # the periodic run, in `run` and `worker` when its interval is set
+    quality: ModelQualityReport | None = None  # the gauges' refresh, in every mode unless switched off
 
 
 class EmbeddedBrokerDied(RuntimeError):
@@ -244,7 +246,8 @@ async def _consuming(consumption: Consumption, stop: asyncio.Event) -> AsyncIter
 
 
 class _Housekeeping:
-    """The background tasks beside the consumer: periodic retention, and the embedded broker's watch
+    """The background tasks beside the consumer: periodic retention, the model-quality gauges' refresh,
+    and the embedded broker's watch
     (if it exits, nothing is consumed any more, so the service stops and exits non-zero)."""
 
     def __init__(self, service: Service, stop: asyncio.Event) -> None:
@@ -260,6 +263,9 @@ class _Housekeeping:
         if retention is not None:
             interval = timedelta(hours=self._service.settings.retention_interval_hours)
             self._tasks.append(asyncio.create_task(retention.run_forever(self._stop, interval)))
+        if self._service.quality is not None:
+            every = timedelta(minutes=self._service.settings.quality_refresh_minutes)
+            self._tasks.append(asyncio.create_task(self._service.quality.refresh_forever(self._stop, every)))
         return self
 
     async def __aexit__(self, *_: object) -> None:

@@ -1,4 +1,5 @@
-"""The only dialect-specific SQL: idempotent inserts and upserts for MySQL/MariaDB and SQLite."""
+"""The only dialect-specific SQL for MySQL/MariaDB and SQLite: idempotent inserts, upserts, and the
+days between two timestamps."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.mysql import insert as mysql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.functions import FunctionElement
 
 
 def _is_mysql(conn: AsyncConnection) -> bool:
@@ -44,3 +48,24 @@ async def upsert(
     conn: AsyncConnection, table: sa.Table, values: Mapping[str, Any], update_columns: Sequence[str]
 ) -> None:
     await conn.execute(upsert_statement(conn.dialect.name, table, values, update_columns))
+
+
+class days_between(FunctionElement[float]):
+    """`days_between(earlier, later)`: fractional days from one timestamp to the other (to the
+    millisecond on SQLite, whose `julianday` reads no finer)."""
+
+    type = sa.Float()
+    name = "days_between"
+    inherit_cache = True
+
+
+@compiles(days_between, "mysql")
+def _days_between_mysql(element: days_between, compiler: SQLCompiler, **kw: Any) -> str:
+    earlier, later = (compiler.process(c, **kw) for c in element.clauses)
+    return f"(TIMESTAMPDIFF(MICROSECOND, {earlier}, {later}) / 86400000000.0)"
+
+
+@compiles(days_between, "sqlite")
+def _days_between_sqlite(element: days_between, compiler: SQLCompiler, **kw: Any) -> str:
+    earlier, later = (compiler.process(c, **kw) for c in element.clauses)
+    return f"(julianday({later}) - julianday({earlier}))"

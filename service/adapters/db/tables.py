@@ -144,6 +144,8 @@ memory_history = sa.Table(
     # When the user's delete erased this row's texts (both NULL since); NULL while they stand.
     sa.Column("content_erased_at", Timestamp, nullable=True),
     sa.Index("idx_history_item", "user_id", "memory_id", "id"),
+    # The inserts of the last days: where the model-quality figures start (`quality_repository`).
+    sa.Index("idx_history_action_time", "action", "created_at"),
     sqlite_autoincrement=True,
     **MYSQL_OPTS,
 )

@@ -8,6 +8,7 @@ import structlog
 from fastapi import APIRouter, Query
 
 from service.app.memories import MemoryService
+from service.app.model_quality import ModelQualityReport
 from service.app.model_setting import ModelRefused, ModelSetting
 from service.core.events import BigintId
 from service.entrypoints.http.api_models import (
@@ -20,12 +21,13 @@ from service.entrypoints.http.api_models import (
 from service.entrypoints.http.auth import Admin, Reader
 from service.entrypoints.http.envelope import ApiError, Envelope, error_responses, ok
 from service.entrypoints.http.memory_routes import MemoryId, PageParams, page_data
+from service.entrypoints.http.quality_models import ModelQualityReportView
 
 audit_log = structlog.get_logger("mao_memory.audit")
 TargetUser = Annotated[BigintId, Query(alias="userId")]
 
 
-def admin_router(service: MemoryService, model: ModelSetting) -> APIRouter:
+def admin_router(service: MemoryService, model: ModelSetting, quality: ModelQualityReport) -> APIRouter:
     router = APIRouter(
         prefix="/api/v1/admin/memory", tags=["admin"], responses=error_responses(400, 401, 403, 503)
     )
@@ -54,6 +56,13 @@ def admin_router(service: MemoryService, model: ModelSetting) -> APIRouter:
         audit_log.info("admin_extractions_read", caller=admin.user_id, user_id=user_id)
         count = await service.extractions_last_day(user_id)
         return ok({"userId": user_id, "extractionsLast24h": count})
+
+    @router.get("/quality", response_model=Envelope[ModelQualityReportView])
+    async def model_quality(admin: Reader) -> dict[str, Any]:
+        """Per extraction model, its memories of the last 90 days: how many users dismissed, deleted
+        or edited within 7 and 30 days, and how many later extractions re-confirmed; needs
+        `memory:read`. No user's memory or text is read, so the call is not audit-logged."""
+        return ok(ModelQualityReportView.of(await quality.figures()))
 
     @router.get("/settings", response_model=Envelope[ExtractionModelView])
     async def get_model_setting(admin: Reader) -> dict[str, Any]:

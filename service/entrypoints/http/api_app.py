@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException
 
 from service.app.erasure import UserEraser
 from service.app.memories import MemoryService
+from service.app.model_quality import ModelQualityReport
 from service.app.model_setting import ModelSetting
 from service.entrypoints.http.admin_routes import admin_router
 from service.entrypoints.http.api_docs import install_api_docs
@@ -87,7 +88,7 @@ def create_api_app(
     app.include_router(internal_router(service, settings, UserEraser(db, metrics, capture)))
     app.include_router(memory_router(service))
     model = ModelSetting(db, model_check, settings.default_model, settings.llm_timeout_s)
-    app.include_router(admin_router(service, model))
+    app.include_router(admin_router(service, model, ModelQualityReport(db, metrics)))
     app.include_router(console_router())
     app.add_api_route("/console", _to_console, include_in_schema=False)
     app.mount("/console", ConsoleFiles(directory=CONSOLE_DIR, html=True), name="console")

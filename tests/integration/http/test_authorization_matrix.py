@@ -40,6 +40,7 @@ ENDPOINTS = [
     Endpoint("GET", "/api/v1/admin/memory/{id}/history?userId={user}", admin="memory:read"),
     Endpoint("GET", "/api/v1/admin/memory/extractions?userId={user}", admin="memory:read"),
     Endpoint("GET", "/api/v1/admin/memory/settings", admin="memory:read"),
+    Endpoint("GET", "/api/v1/admin/memory/quality", admin="memory:read"),
     Endpoint("PUT", "/api/v1/admin/memory/settings", {"extractionModelId": ""}, admin="memory:admin"),
     Endpoint("GET", "/internal/v1/memory/injection?userId={user}", internal=True),
 ]

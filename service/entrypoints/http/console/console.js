@@ -386,6 +386,7 @@ function showPage(page) {
   }
   const admin = signedIn && state.view === "audit" && can("memory:admin");
   $("model-setting").hidden = !admin;
+  showQuality(signedIn && state.view === "audit");
   return admin ? loadModelSetting() : undefined;
 }
 
