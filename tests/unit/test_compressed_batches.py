@@ -4,17 +4,19 @@ and a fetch that inflates past its budget resumed where it stopped."""
 
 from __future__ import annotations
 
+import asyncio
 import tracemalloc
 
 import aiokafka.consumer.fetcher as fetcher
 import cramjam
 import pytest
+from aiokafka.consumer.subscription_state import SubscriptionState
 from aiokafka.record.default_records import _DefaultRecordBatchPy
 from aiokafka.structs import TopicPartition
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.adapters.kafka.compressed_batches import FETCH_INFLATED_BYTES
+from service.adapters.kafka.fetch_budget import FETCH_INFLATED_BYTES, draining
 from service.adapters.kafka.inflate import GZIP, LZ4, SNAPPY, ZSTD
 from service.adapters.kafka.record_format import STUB_REASON, UNDECODABLE, header_key_bytes
 from service.adapters.kafka.record_reader import TolerantMemoryRecords, install
@@ -121,3 +123,73 @@ def test_a_batch_fetched_again_from_before_its_cut_is_counted_again() -> None:
     again, _ = read(data, 500)  # the partition is fetched again from its committed offset
     assert sum(len(r.value) for r in again) <= FETCH_INFLATED_BYTES + len(value)  # type: ignore[attr-defined]
     assert [r.offset for r in again] == list(range(500, 500 + len(again)))  # type: ignore[attr-defined]
+
+
+def test_the_record_sets_of_one_drain_share_its_budget() -> None:
+    """`getmany` drains every partition's set: once the first spends the drain's budget, the next
+    yields nothing and is fetched again from where it stood."""
+    value = b"v" * (1024 * 1024)
+    count = FETCH_INFLATED_BYTES // len(value) + 3
+    data = raw_batch([(b"k", value, []) for _ in range(count)], 0, compression=GZIP)
+    with draining():
+        first, cut = read(data, 0)
+        second, resume = read(data, 0)
+    assert 0 < len(first) < count and cut == len(first)
+    assert (second, resume) == ([], 0)
+    with draining():  # the next drain has a budget of its own
+        again, _ = read(data, 0)
+    assert len(again) == len(first)
+
+
+async def test_drains_in_two_tasks_each_have_their_own_budget() -> None:
+    """Two consumers in one process (the service's and a replay's) drain in their own tasks: one
+    drain opened before another and read after it is spent still has its whole budget."""
+    value = b"v" * (1024 * 1024)
+    data = raw_batch([(b"k", value, []) for _ in range(FETCH_INFLATED_BYTES // len(value) + 3)], 0, GZIP)
+    opened, spent, done = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    async def earlier() -> int:
+        with draining():
+            opened.set()
+            await spent.wait()
+            read_back, _ = read(data, 0)
+        done.set()
+        return len(read_back)
+
+    async def later() -> int:
+        await opened.wait()
+        with draining() as budget:
+            read_back, _ = read(data, 0)
+            spent.set()
+            await done.wait()
+            assert budget.exhausted()
+        return len(read_back)
+
+    first, second = await asyncio.gather(earlier(), later())
+    assert first == second > 0
+
+
+async def test_a_set_the_drain_has_no_budget_left_for_waits_unread_for_the_next_drain() -> None:
+    """Left in the fetcher instead of cut at its first record, it is not fetched again, and the next
+    drain takes it first: a partition drained after a busy one is not always the one cut."""
+    install()
+    other = TopicPartition("task.finished", 1)
+    subscriptions = SubscriptionState()
+    subscriptions.assign_from_user({TP, other})
+    assignment = subscriptions.subscription.assignment  # type: ignore[union-attr]
+    value = b"v" * (1024 * 1024)
+    data = raw_batch([(b"k", value, []) for _ in range(FETCH_INFLATED_BYTES // len(value) + 3)], 0, GZIP)
+    results = []
+    for tp in (TP, other):
+        subscriptions.seek(tp, 0)
+        records = fetcher.PartitionRecords(
+            tp, TolerantMemoryRecords(data), [], 0, None, None, True, fetcher.READ_UNCOMMITTED
+        )
+        results.append(fetcher.FetchResult(tp, assignment=assignment, partition_records=records, backoff=0))
+    busy, waiting = results
+    with draining():
+        taken = busy.getall()
+        assert waiting.getall() == [] and waiting.has_more()
+    assert taken and not busy.has_more()  # cut: the fetcher fetches its rest again
+    with draining():
+        assert [r.offset for r in waiting.getall()] == list(range(len(taken)))

@@ -54,6 +54,10 @@ def test_the_aiokafka_internals_the_reader_relies_on_are_there() -> None:
     params = list(inspect.signature(fetcher.PartitionRecords.__init__).parameters)
     assert params[1:3] == ["tp", "records"]
     assert hasattr(fetcher.PartitionRecords, "_unpack_records")
+    # One drain (`getmany`) is one call, in the caller's task, that reads each set through `getall`.
+    drain = fetcher.Fetcher.fetched_records
+    assert inspect.iscoroutinefunction(drain) and hasattr(fetcher.FetchResult, "getall")
+    assert list(inspect.signature(drain).parameters)[1:] == ["partitions", "timeout", "max_records"]
     batch = _DefaultRecordBatchPy(raw_batch([(b"k", b"v", [])]))
     batch._maybe_uncompress()
     assert (batch._pos, batch._num_records) == (61, 1) and isinstance(batch._buffer, bytearray)

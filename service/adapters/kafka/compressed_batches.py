@@ -2,8 +2,8 @@
 
 The records section is inflated as a stream (`inflate`), and each record is inflated only once its
 length is known to be within `MAX_RECORD_BYTES`: a longer one is inflated a piece at a time and
-dropped, and stands as a `payload_too_large` stub at its own offset. The records of one fetched
-record set (one partition's share of a fetch) are counted against a `FetchBudget`; once it is spent
+dropped, and stands as a `payload_too_large` stub at its own offset. The records of every fetched
+record set one `getmany` drains are counted against one `fetch_budget.FetchBudget`; once it is spent
 the batch ends at the next record, its `next_offset` says so, and the fetcher asks for the rest in its
 next fetch. Records below the offset the set was fetched from are skipped by the fetcher at once and
 not counted; any it yields are, however often the batch was fetched and cut before. A batch whose
@@ -19,6 +19,7 @@ from typing import Any
 from aiokafka.record.default_records import _DefaultRecordBatchPy
 from aiokafka.record.util import calc_crc32c, decode_varint
 
+from service.adapters.kafka.fetch_budget import FETCH_INFLATED_BYTES, SetBudget
 from service.adapters.kafka.inflate import CODECS, Inflated, TooLarge, inflate
 from service.adapters.kafka.record_format import (
     TolerantRecord,
@@ -33,9 +34,6 @@ from service.core.labels import DeadLetterReason
 # A record's key and headers may add this much to the largest event the consumer takes.
 RECORD_OVERHEAD_BYTES = 256 * 1024
 MAX_RECORD_BYTES = MAX_EVENT_BYTES + RECORD_OVERHEAD_BYTES
-# Inflated bytes one record set yields before the rest waits for the next fetch: the size of a fetch
-# of uncompressed records (bootstrap.py), so a compressed fetch holds no more than a plain one.
-FETCH_INFLATED_BYTES = 8 * 1024 * 1024
 # A snappy block is inflated whole, so one stating more is refused unread. Java writes 32 KiB blocks;
 # librdkafka writes a batch as one block (its batches are 1 MB by default).
 MAX_SNAPPY_BLOCK = FETCH_INFLATED_BYTES
@@ -44,36 +42,16 @@ _MAX_VARINT = 5  # a record's length is an int32, at most 5 bytes as a varint
 _RECORD_PREFIX = 3 * 10  # attributes, timestamp delta, offset delta: three varints at most
 
 
-class FetchBudget:
-    """The inflated bytes one record set may still yield."""
-
-    def __init__(self, limit: int = FETCH_INFLATED_BYTES) -> None:
-        self.left = limit
-        # The offset the set was fetched from: the fetcher drops the records below it unseen.
-        self.fetched_from = 0
-        self.yielded = False  # at least one counted record: a set always moves on by one
-        self.spent = False
-
-    def count(self, record: TolerantRecord) -> None:
-        self.left -= len(record.key or b"") + len(record.value or b"")
-        self.left -= sum(len(k) + len(v or b"") for k, v in record.headers)
-        self.yielded = True
-
-    def exhausted(self) -> bool:
-        self.spent = self.spent or (self.yielded and self.left <= 0)
-        return self.spent
-
-
 class InflatingBatch:
     """What aiokafka's fetcher reads of a batch (header attributes, CRC check, records); iterating it
     never raises."""
 
-    def __init__(self, raw: bytes, budget: FetchBudget) -> None:
+    def __init__(self, raw: bytes, budget: SetBudget) -> None:
         self._header = _DefaultRecordBatchPy(raw[:_RECORDS_OFFSET])  # the header, not a copy of it all
         self._raw = raw
         self._budget = budget
         self.crc_failed = False
-        self.cut: int | None = None  # where the fetch's budget ended the batch
+        self.cut: int | None = None  # where the drain's budget ended the batch
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._header, name)

@@ -6,7 +6,8 @@ move past it, and the exception is not a `KafkaError`. The same reader refuses a
 structure is broken, and a batch in a codec the client lacks.
 
 `install()` puts `TolerantMemoryRecords` where the fetcher builds its record sets. A compressed v2
-batch is read by `compressed_batches.InflatingBatch`, inflated as a stream in bounded memory. Other
+batch is read by `compressed_batches.InflatingBatch`, inflated as a stream in bounded memory, and every
+set one `getmany` drains counts against one inflation budget (`fetch_budget`). Other
 batches are still read by aiokafka's own reader (the C extension, when present); only a batch on which
 that reader fails is read again here, record by record, from the bytes the broker sent:
 - a header key that is not UTF-8 is decoded with `surrogateescape`, so the original bytes survive
@@ -22,6 +23,7 @@ and `tests/unit/test_record_reader.py` fails when an upgrade changes them.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import struct
 from collections.abc import Iterator
@@ -33,7 +35,8 @@ from aiokafka.record.legacy_records import LegacyRecordBatch
 from aiokafka.record.memory_records import MemoryRecords
 
 from service.adapters.kafka.batch_extent import AccountedBatch
-from service.adapters.kafka.compressed_batches import FetchBudget, InflatingBatch
+from service.adapters.kafka.compressed_batches import InflatingBatch
+from service.adapters.kafka.fetch_budget import SetBudget, current, draining
 from service.adapters.kafka.record_format import (
     UNDECODABLE,
     TolerantRecord,
@@ -66,7 +69,7 @@ class TolerantMemoryRecords:
         self._data = memoryview(data)
         self._next: tuple[int, int] | None = None
         self._pos = 0
-        self._budget = FetchBudget()
+        self._budget = SetBudget()
         self.log_end: int | None = None  # the partition's high watermark, when the fetcher says it
         self._previous: Any = None  # the last batch handed out: where the next one's offsets begin
         self._cache_next()
@@ -79,7 +82,7 @@ class TolerantMemoryRecords:
         return len(self._data)
 
     def has_next(self) -> bool:
-        """A set whose inflation budget is spent ends: the fetcher fetches the rest again."""
+        """A set the drain's inflation budget cut ends: the fetcher fetches the rest again."""
         return self._next is not None and not self._budget.spent
 
     def _cache_next(self) -> None:
@@ -250,9 +253,11 @@ def _tolerant_records(raw: bytes, failure: str) -> Iterator[TolerantRecord]:
         yield record
 
 
-class _LogEndFetchResult(fetcher.FetchResult):  # type: ignore[misc]
+class _TolerantFetchResult(fetcher.FetchResult):  # type: ignore[misc]
     """aiokafka's fetch result, which hands the partition's high watermark (set from the same fetch
-    response, before the records are read) to the record set: the log end bounds its last batch."""
+    response, before the records are read) to the record set: the log end bounds its last batch. Once
+    the drain's inflation budget is spent, its set is left unread for the next drain, which takes it
+    first (the fetcher drains in the order its results arrived)."""
 
     def __init__(self, tp: Any, *, assignment: Any, partition_records: Any, backoff: Any) -> None:
         super().__init__(tp, assignment=assignment, partition_records=partition_records, backoff=backoff)
@@ -261,33 +266,58 @@ class _LogEndFetchResult(fetcher.FetchResult):  # type: ignore[misc]
             highwater = assignment.state_value(tp).highwater
             records.log_end = highwater if isinstance(highwater, int) and highwater >= 0 else None
 
+    def getall(self, max_records: int | None = None) -> list[Any]:
+        budget = current()
+        if budget is not None and budget.exhausted():
+            return []
+        records: list[Any] = super().getall(max_records)
+        return records
+
+
+def _aiokafka_as_expected() -> bool:
+    result = getattr(fetcher, "FetchResult", None)
+    drain = getattr(getattr(fetcher, "Fetcher", None), "fetched_records", None)
+    return (
+        getattr(fetcher, "MemoryRecords", None) is MemoryRecords
+        and hasattr(fetcher.PartitionRecords, "_unpack_records")
+        and result is not None
+        and list(inspect.signature(result.__init__).parameters)[1:]
+        == ["tp", "assignment", "partition_records", "backoff"]
+        and hasattr(result, "getall")
+        and drain is not None
+        and inspect.iscoroutinefunction(drain)
+        and list(inspect.signature(drain).parameters)[1:] == ["partitions", "timeout", "max_records"]
+    )
+
 
 def install() -> None:
-    """Make the fetcher build its record sets with `TolerantMemoryRecords`, and tell them the log end
-    (idempotent)."""
-    current = getattr(fetcher, "MemoryRecords", None)
-    if current is TolerantMemoryRecords:
+    """Make the fetcher build its record sets with `TolerantMemoryRecords`, tell them the log end,
+    and count every set one drain (`getmany`) reads against one inflation budget (idempotent)."""
+    if fetcher.MemoryRecords is TolerantMemoryRecords:
         return
-    result = getattr(fetcher, "FetchResult", None)
-    if (
-        current is not MemoryRecords
-        or not hasattr(fetcher.PartitionRecords, "_unpack_records")
-        or result is None
-        or list(inspect.signature(result.__init__).parameters)[1:]
-        != ["tp", "assignment", "partition_records", "backoff"]
-    ):
+    if not _aiokafka_as_expected():
         raise RuntimeError(
             "aiokafka's fetcher no longer builds MemoryRecords as record_reader expects: "
             "check service/adapters/kafka/record_reader.py against the installed aiokafka"
         )
-    unpack = fetcher.PartitionRecords._unpack_records
+    unpack = getattr(
+        fetcher.PartitionRecords._unpack_records, "__wrapped__", fetcher.PartitionRecords._unpack_records
+    )
+    drain = getattr(fetcher.Fetcher.fetched_records, "__wrapped__", fetcher.Fetcher.fetched_records)
 
+    @functools.wraps(unpack)
     def unpack_counted(self: Any) -> Any:
         # Before the first batch is read: the set counts inflated bytes from the fetched offset on.
         if isinstance(self._records, TolerantMemoryRecords):
             self._records.fetched_from(self.next_fetch_offset)
         return unpack(self)
 
+    @functools.wraps(drain)
+    async def drain_budgeted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with draining():
+            return await drain(self, *args, **kwargs)
+
     fetcher.PartitionRecords._unpack_records = unpack_counted
+    fetcher.Fetcher.fetched_records = drain_budgeted
     fetcher.MemoryRecords = TolerantMemoryRecords
-    fetcher.FetchResult = _LogEndFetchResult
+    fetcher.FetchResult = _TolerantFetchResult

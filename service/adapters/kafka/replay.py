@@ -16,7 +16,7 @@ replayed without one. The ledger still makes a replayed event that was already a
 from __future__ import annotations
 
 import contextlib
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -184,7 +184,10 @@ async def _until_end(
     pending = {tp for tp in partitions if end[tp] > 0}
     widened: set[TopicPartition] = set()
     while pending:
-        batch = await consumer.getmany(*pending, timeout_ms=1000)
+        # Taken out as they are yielded: the next drain's records never arrive while these are held.
+        fetched = await consumer.getmany(*pending, timeout_ms=1000)
+        batch = deque((tp, record) for tp, records in fetched.items() for record in records)
+        del fetched
         for tp in pending - widened:
             # Some brokers (Tansu) answer the latest offset as the last batch's base + 1; the
             # high watermark of the first fetch says where the partition ends.
@@ -192,10 +195,10 @@ async def _until_end(
             if high is not None:
                 end[tp] = max(end[tp], high)
                 widened.add(tp)
-        for tp, records in batch.items():
-            for record in records:
-                if record.offset < end[tp]:
-                    yield tp, record
+        while batch:
+            tp, record = batch.popleft()
+            if record.offset < end[tp]:
+                yield tp, record
         pending = {tp for tp in pending if await consumer.position(tp) < end[tp]}
 
 
