@@ -27,6 +27,7 @@ from tests.conftest import said
 from tests.integration.conftest import DEFAULT_MODEL, HandlerFactory, make_event
 from tests.integration.http.conftest import As, internal_headers
 from tests.integration.test_erasure import ADMIN, World, world
+from tests.support.meanwhile_llm import AnswerAfter
 from tests.support.pool import items, seed, set_capture
 from tests.support.scripted_llm import ScriptedLlm
 from tests.support.stored import every_stored_text, rows_of_user
@@ -203,3 +204,52 @@ async def test_erasures_at_once_all_answer_and_leave_nothing(world: World, user_
     assert set((await rows_of_user(world.db, user_id + 1)).values()) == {0}
     huge = await world.http.delete(f"/internal/v1/memory/users/{2**63 - 1}", headers=internal_headers())
     assert huge.status_code == 200 and set(huge.json()["data"]["removed"].values()) == {0}
+
+
+async def test_a_source_deleted_while_the_consolidation_was_answering_is_not_merged_back(
+    world: World, llm: ScriptedLlm, llm_client: LlmClient, user_id: int
+) -> None:
+    """The model read the row and answers a merge restating it; the user deleted it meanwhile."""
+    me = As(world.http, user_id)
+    gone, other = f"源{user_id} 我有高血压", f"源{user_id} 饮食清淡"
+    first = await seed(world.db, user_id, gone)
+    await seed(world.db, user_id, other)
+    llm.reset()
+    llm.script(
+        f"源{user_id}", [{"op": "merge", "sourceIds": [1, 2], "content": f"合{user_id} 高血压,饮食清淡"}]
+    )
+
+    async def delete_it() -> None:
+        assert (await me.delete(f"/api/v1/memory/{first}")).status_code == 200
+
+    consolidator = Consolidator(
+        world.db, AnswerAfter(llm_client, delete_it), Metrics(), Thresholds(user_target=1)
+    )
+    results = await consolidator.run(Extracted(user_id, None, DEFAULT_MODEL, 1, 2))
+
+    assert results == [RunResult.ABANDONED_STALE]
+    stored = "\n".join(await every_stored_text(world.db))
+    assert gone not in stored and "高血压" not in stored
+
+
+async def test_an_extraction_answering_an_update_of_a_row_deleted_meanwhile_writes_no_word_of_it(
+    world: World, make_handler: HandlerFactory, llm: ScriptedLlm, llm_client: LlmClient, user_id: int
+) -> None:
+    me = As(world.http, user_id)
+    await set_capture(world.db, user_id)
+    gone = f"旧{user_id} 我住在北京朝阳"
+    row = await seed(world.db, user_id, gone)
+    llm.reset()
+    llm.script(
+        f"m{user_id}", [{"type": "user", "action": "update", "existingId": 1, "content": "新 搬到上海"}]
+    )
+
+    async def delete_it() -> None:
+        assert (await me.delete(f"/api/v1/memory/{row}")).status_code == 200
+
+    handler = make_handler(world.db, llm=AnswerAfter(llm_client, delete_it))
+    outcome, _ = await handler.handle(make_event(user_id, 4, lastUserMessage=said(f"m{user_id}")))
+
+    assert outcome is Outcome.EXTRACTED
+    assert await items(world.db, user_id) == []  # the update names a row gone: dropped
+    assert gone not in "\n".join(await every_stored_text(world.db))
