@@ -83,8 +83,9 @@ def configure_logging(level: str, stream: TextIO | None = None) -> None:
         logger_factory=structlog.PrintLoggerFactory(stream),
         cache_logger_on_first_use=True,
     )
-    # Alembic's context lines come with every `migrate`.
-    for noisy in ("aiokafka", "LiteLLM", "litellm", "httpx", "alembic"):
+    # Alembic's context lines come with every `migrate`; aiosqlite's DEBUG lines carry every
+    # statement's values, memory text included.
+    for noisy in ("aiokafka", "LiteLLM", "litellm", "httpx", "alembic", "aiosqlite"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 

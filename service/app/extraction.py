@@ -257,7 +257,7 @@ class ExtractionHandler:
                     overtaken=exc.overtaken,
                     timed_out=exc.kind == "timeout" and exc.status is None,
                 ) from exc
-            await self._count_rejection(model, exc)
+            await self._count_rejection(model, exc, _private(event, existing))
             raise ModelRejected(exc.detail, exc.safe) from exc
 
         usable, result = _read_answer(answer)
@@ -272,13 +272,15 @@ class ExtractionHandler:
         extracted = Extracted(event.user_id, project_key, model, plan.added, plan.active_after)
         return Outcome.EXTRACTED, extracted, True
 
-    async def _count_rejection(self, model: str, error: LlmError) -> None:
-        """The admin page's tally of `model_rejected` dead letters (`core.model_rejections`). Only an
-        indication: a database that cannot count it must not keep the event off the DLQ."""
+    async def _count_rejection(self, model: str, error: LlmError, private: list[str]) -> None:
+        """The admin page's tally of `model_rejected` dead letters (`core.model_rejections`), without
+        a quote of the `private` texts the request carried. Only an indication: a database that
+        cannot count it must not keep the event off the DLQ."""
         try:
             async with self._db.transaction() as uow:
                 kind = rejection_kind(error.status)
-                await uow.accounts.count_model_rejection(model, kind, error.detail, self._db.now())
+                now = self._db.now()
+                await uow.accounts.count_model_rejection(model, kind, error.detail, now, private)
                 await uow.commit()
         except Exception as exc:
             log.warning(
@@ -406,6 +408,12 @@ class ExtractionHandler:
                 await uow.memories.set_status(user, row_id, Status.DISMISSED, now, DismissedBy.CAPACITY)
                 entry = traced(HistoryAction.DEMOTE, old=op.content)
             await uow.memories.record(user, row_id, entry, now)
+
+
+def _private(event: TaskFinishedEvent, existing: ComparisonSet) -> list[str]:
+    """The user's texts an extraction request carries: the conversation and the memories shown."""
+    said = [event.last_user_message or "", event.last_assistant_message or ""]
+    return [*said, *(content for *_, content in existing.shown), *existing.dismissed]
 
 
 def _read_answer(answer: LlmAnswer) -> tuple[ParsedAnswer | None, LlmResult]:

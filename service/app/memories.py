@@ -22,7 +22,7 @@ from service.core.model import (
     Source,
     Status,
 )
-from service.core.normalize import dedup_hash
+from service.core.normalize import dedup_hash, identity
 from service.core.overflow import demoted_for_room
 from service.core.project_keys import RobotKeys
 from service.core.records import HistoryAction, HistoryActor, HistoryEntry, ItemRecord, ListFilter
@@ -68,11 +68,17 @@ def _rejects_demotion(item: ItemRecord, status: Status) -> bool:
 
 async def _lineage(uow: UnitOfWork, user_id: int, row_id: int) -> set[int]:
     """The row and every row whose text it was built from: the rows merged into one of its texts,
-    and theirs in turn (an update or an edit keeps the earlier text in the row's own history)."""
+    and theirs in turn (an update or an edit keeps the earlier text in the row's own history).
+    Texts match by their dedup identity: a merge folded into a row that says the same fact keeps
+    the model's wording, which may differ from the row's in what the identity folds (width, case
+    forms, spacing)."""
+    links: list[tuple[int, str]] | None = None
     found, frontier = {row_id}, {row_id}
     while frontier:
-        texts = await uow.memories.history_texts(user_id, frontier)
-        frontier = await uow.memories.merged_into(user_id, texts) - found
+        texts = {identity(text) for text in await uow.memories.history_texts(user_id, frontier)}
+        if links is None:
+            links = await uow.memories.merge_links(user_id)
+        frontier = {memory_id for memory_id, merged in links if identity(merged) in texts} - found
         found |= frontier
     return found
 

@@ -8,6 +8,7 @@ replica adds to one count and every replica's admin page reads it; setting the m
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -15,6 +16,11 @@ from datetime import datetime
 # (512 characters) still holds it with the model's name (at most 128).
 MAX_ERROR_CHARS = 200
 MAX_VALUE_CHARS = 512  # the settings row's value column
+# The shortest run of the provider's message found in the conversation or the memories that is
+# taken for a quote of them: a provider's refusal may quote what it refused, and the tally names no
+# user, so no delete or erasure would ever reach those words.
+MIN_QUOTED_CHARS = 4
+QUOTE_MARK = "…"
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,12 +39,40 @@ def rejection_kind(status: int | None) -> str:
     return f"HTTP {status}" if status is not None else "rejected"
 
 
-def counted(previous: Rejections | None, model: str, kind: str, error: str, at: datetime) -> Rejections:
+def counted(
+    previous: Rejections | None,
+    model: str,
+    kind: str,
+    error: str,
+    at: datetime,
+    private: Sequence[str] = (),
+) -> Rejections:
     """The tally after one more rejection of `model`. A tally of another model (the setting changed
     while that model's last events were still in flight) starts over: the page speaks of the model
-    in use. The error is kept without the kind it may begin with ("HTTP 404 …")."""
+    in use. The error is kept without the kind it may begin with ("HTTP 404 …"), and without any
+    quote of the `private` texts the request carried (`unquoted`)."""
     before = previous.count if previous is not None and previous.model == model else 0
-    return Rejections(model, before + 1, kind, error.removeprefix(f"{kind} ")[:MAX_ERROR_CHARS], at)
+    kept = unquoted(error.removeprefix(f"{kind} ")[:MAX_ERROR_CHARS], private)
+    return Rejections(model, before + 1, kind, kept, at)
+
+
+def unquoted(text: str, private: Sequence[str]) -> str:
+    """`text` with every run of at least MIN_QUOTED_CHARS characters found in one of `private`
+    replaced by one QUOTE_MARK. Only an exact copy is found: a provider that escapes or rewords
+    what it quotes is not."""
+    kept: list[str] = []
+    i = 0
+    while i < len(text):
+        end = i + MIN_QUOTED_CHARS
+        if end > len(text) or not any(text[i:end] in p for p in private):
+            kept.append(text[i])
+            i += 1
+            continue
+        while end < len(text) and any(text[i : end + 1] in p for p in private):
+            end += 1
+        kept.append(QUOTE_MARK)
+        i = end
+    return "".join(kept)
 
 
 def shown(tally: Rejections | None, effective_model: str) -> Rejections | None:

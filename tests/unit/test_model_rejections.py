@@ -47,3 +47,14 @@ def test_a_tally_round_trips_and_always_fits_its_row() -> None:
 def test_an_unreadable_row_is_no_tally() -> None:
     for value in (None, "", "claimed", "{}", '{"model": "m", "count": "x"}', "[1]"):
         assert decode(value) is None
+
+
+def test_a_quote_of_the_conversation_or_a_memory_is_not_kept() -> None:
+    """A provider's refusal may quote what it refused; only the words the request did not carry stay."""
+    conversation = ["我有高血压,饮食清淡", "好的"]
+    error = "Invalid request: the message '我有高血压' was refused; see 'memory: I take pills daily'"
+    tally = counted(None, "openai/a", "HTTP 400", error, AT, [*conversation, "I take pills daily"])
+    assert tally.error == "Invalid request: the message '…' was refused; see 'memory: …'"
+    assert counted(None, "openai/a", "HTTP 404", "model not found", AT, ["好的", "ok"]).error == (
+        "model not found"
+    )

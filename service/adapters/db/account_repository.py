@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 from functools import cache
 
@@ -242,15 +242,18 @@ class AccountRepository:
         )
         return decode(value)
 
-    async def count_model_rejection(self, model: str, kind: str, error: str, now: datetime) -> Rejections:
-        """One more event dead-lettered as `model_rejected`; the row is locked while it is counted, so
-        replicas counting at once add up (SQLite has one writer at a time)."""
+    async def count_model_rejection(
+        self, model: str, kind: str, error: str, now: datetime, private: Sequence[str] = ()
+    ) -> Rejections:
+        """One more event dead-lettered as `model_rejected`, the error kept without a quote of the
+        `private` texts (`counted`); the row is locked while it is counted, so replicas counting at
+        once add up (SQLite has one writer at a time)."""
         t = memory_system_setting
         await insert_ignore(
             self.conn, t, {"setting_key": MODEL_REJECTIONS_SETTING, "value": "", "updated_at": now}
         )
         where = t.c.setting_key == MODEL_REJECTIONS_SETTING
         before = await self.conn.scalar(sa.select(t.c.value).where(where).with_for_update())
-        tally = counted(decode(before), model, kind, error, now)
+        tally = counted(decode(before), model, kind, error, now, private)
         await self.conn.execute(sa.update(t).where(where).values(value=encode(tally), updated_at=now))
         return tally

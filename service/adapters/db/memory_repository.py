@@ -344,24 +344,20 @@ class MemoryRepository:
         )
         return {text for r in rows for text in (r.old_content, r.new_content) if text is not None}
 
-    async def merged_into(self, user_id: int, texts: Collection[str]) -> set[int]:
-        """The rows a consolidation merged away into one of `texts`: each one's MERGE row holds its
-        own text and the merged one (the only link a merge leaves), and the row itself is gone."""
-        if not texts:
-            return set()
+    async def merge_links(self, user_id: int) -> list[tuple[int, str]]:
+        """Each row a consolidation merged away, with the text it was merged into: its MERGE row holds
+        its own text and the merged one (the only link a merge leaves), and the row itself is gone."""
         h = memory_history
         rows = await self.conn.execute(
-            sa.select(h.c.memory_id)
-            .where(
+            sa.select(h.c.memory_id, h.c.new_content).where(
                 h.c.user_id == user_id,
                 h.c.action == HistoryAction.MERGE.value,
                 h.c.old_content.is_not(None),
-                h.c.new_content.in_(sorted(texts)),
+                h.c.new_content.is_not(None),
                 ~sa.exists().where(t.c.user_id == user_id, t.c.id == h.c.memory_id),
             )
-            .distinct()
         )
-        return {r.memory_id for r in rows}
+        return [(r.memory_id, r.new_content) for r in rows]
 
     async def erase_history(self, user_id: int, memory_ids: Collection[int], now: datetime) -> int:
         """The memories' history keeps what happened and drops the words; the first erasure's time stays."""
