@@ -48,8 +48,9 @@ Rules:
 CHANGED_RULE = """A fact that changed is an "update" of the stored one, never an "insert" beside it: the new
   content supersedes the stored wording (stored "the repo uses npm", the user says it moved to pnpm:
   update that id to "the repo uses pnpm"; 存的是"报告用英文写",用户改说"以后报告用中文":更新那一条)."""
-SPEAKER_RULE = """Only the user's message confirms a fact. What only the assistant's reply says, a stored memory
-  it repeats included, is neither a "touch" nor an "insert" (只有助手说的、或助手复述的记忆,不算用户确认)."""
+SPEAKER_RULE = """Only the user's message confirms a fact. What only the assistant's reply says, a stored
+  memory it repeats included, is neither a "touch" nor an "insert"
+  (只有助手说的、或助手复述的记忆,不算用户确认)."""
 
 ITEM = '{"type": "user|project", "action": "insert|touch|update", "existingId": 1, "content": "..."}'
 BARE = "Answer with a JSON array only, no prose, [] when nothing is worth remembering:\n[" + ITEM + "]"
