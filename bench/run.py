@@ -588,6 +588,14 @@ def met(result: dict[str, Any]) -> str:
     return "yes" if result["met"] else "no"
 
 
+def cache_line(cache: dict[str, Any]) -> str:
+    """USD per 1,000 events per priced model (`bench/cache_cost.py`)."""
+    return "; ".join(
+        f"{model} ${usd['without_cache']:.3f} without, ${usd['with_cache']:.3f} with"
+        for model, usd in cache["usd_per_1000_events"].items()
+    )
+
+
 def steady_rows(c: dict[str, Any]) -> list[tuple[str, str, str, dict[str, Any]]]:
     """The cases of a user whose pool is full: CPU, one prompt's tokens, a steady-state mix's calls."""
     cpu, prompt, mix = c["full_pool_cpu"], c["full_pool_prompt"], c["steady_state_mix"]
@@ -617,6 +625,12 @@ def steady_rows(c: dict[str, Any]) -> list[tuple[str, str, str, dict[str, Any]]]
             + ", ".join(f"{k} {v}" for k, v in sorted(mix["outcomes"].items()))
             + ")",
             f"{sum(calls.values()):.0f} calls",
+            {"target": "none (a figure)", "met": True},
+        ),
+        (
+            "10 cost of those calls at list prices, without and with a prompt cache",
+            cache_line(mix["cache"]),
+            f"{mix['cache']['cached_share']:.0%} of prompt tokens cached",
             {"target": "none (a figure)", "met": True},
         ),
     ]

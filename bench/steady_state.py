@@ -8,7 +8,8 @@ Two figures, counted with litellm's `token_counter` for gpt-4o-mini:
   once: each user's first event brings a new fact (an insert, then a consolidation run for each of
   the two groups), later ones restate it (a touch). The mix (`MIX`) is the share of completed events
   by what becomes of them before the model: extracted, a sub-agent or side task (D6), a user message
-  too short (D11), a redelivery of an event already done.
+  too short (D11), a redelivery of an event already done. With them, the cost of those calls at
+  list prices without and with a provider's prompt cache (`bench/cache_cost.py`).
 Prints one JSON line.
 """
 
@@ -22,6 +23,7 @@ from collections import Counter
 from collections.abc import Hashable
 from typing import Any
 
+from bench.cache_cost import CacheTally, costs_per_1000
 from bench.cpu_profile import seed_full_pools, start_model_server
 from service.adapters.db.database import Database
 from service.adapters.db.engine import build_engine
@@ -53,6 +55,7 @@ class CountingLlm:
         self.calls: Counter[str] = Counter()
         self.prompt_tokens: Counter[str] = Counter()
         self.completion_tokens: Counter[str] = Counter()
+        self.cache = CacheTally()
 
     def mode(self, model: str) -> StructuredOutput:
         return self._llm.mode(model)
@@ -66,12 +69,18 @@ class CountingLlm:
         wait: bool = True,
         *,
         caller: Hashable | None = None,
+        mode: StructuredOutput | None = None,
     ) -> LlmAnswer:
-        answer = await self._llm.complete(purpose, model, messages, shape, wait, caller=caller)
+        answer = await self._llm.complete(purpose, model, messages, shape, wait, caller=caller, mode=mode)
         self.calls[purpose] += 1
         self.prompt_tokens[purpose] += self._litellm.token_counter(model=TOKENS_MODEL, messages=messages)
-        self.completion_tokens[purpose] += self._litellm.token_counter(model=TOKENS_MODEL, text=answer.text)
+        completion = self._litellm.token_counter(model=TOKENS_MODEL, text=answer.text)
+        self.completion_tokens[purpose] += completion
+        self.cache.record(purpose, messages, completion, self._count)
         return answer
+
+    def _count(self, text: str) -> int:
+        return int(self._litellm.token_counter(model=TOKENS_MODEL, text=text))
 
 
 def full_pool_prompt() -> dict[str, Any]:
@@ -162,6 +171,7 @@ async def steady_mix(api_base: str, events: int) -> dict[str, Any]:
         "model_calls_per_1000": {p: round(n * per_1000, 1) for p, n in llm.calls.items()},
         "prompt_tokens_per_1000": {p: round(n * per_1000) for p, n in llm.prompt_tokens.items()},
         "completion_tokens_per_1000": {p: round(n * per_1000) for p, n in llm.completion_tokens.items()},
+        "cache": costs_per_1000(llm.cache, done, import_litellm()),
         "prompt_tokens_per_extraction": round(
             llm.prompt_tokens["extraction"] / max(llm.calls["extraction"], 1)
         ),

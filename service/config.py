@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from service.core.extraction_prompt import CONVERSATION_TOKENS
 from service.core.model import MAX_MODEL_NAME_CHARS
 from service.core.project_keys import RobotKeys
 
@@ -98,6 +99,9 @@ class Settings(BaseSettings):
     # default is unlimited, and one answer ran to the end of its context.
     llm_max_tokens: int = Field(default=1024, ge=64)
     llm_consolidation_max_tokens: int = Field(default=8192, ge=256)
+    # The user's message and the assistant's reply in an extraction prompt, together, in estimated
+    # tokens: the head of the message and the end of the reply are kept (core/conversation_bound.py).
+    llm_conversation_tokens: int = Field(default=CONVERSATION_TOKENS, ge=200)
     llm_breaker_failures: int = Field(default=5, ge=1)
     llm_breaker_open_s: float = Field(default=10.0, gt=0)
     llm_breaker_max_open_s: float = Field(default=300.0, gt=0)

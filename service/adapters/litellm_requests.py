@@ -26,6 +26,12 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from service.core.prompt_blocks import BLOCK_BREAK
+
+# Providers that cache a prompt prefix only where the request marks it (`cache_control`); OpenAI and
+# the OpenAI-compatible servers cache the longest prefix on their own.
+MARKED_CACHE_PROVIDERS = frozenset({"anthropic"})
+_EPHEMERAL = {"type": "ephemeral"}
 # Providers whose chat requests litellm sends through the OpenAI SDK as this module builds them.
 FAST_PROVIDERS = frozenset({"openai"})
 OPENAI_DEFAULT_BASE = "https://api.openai.com/v1"
@@ -116,6 +122,29 @@ class BodyTemplate:
             for (keys, role), message in zip(self.messages, messages, strict=True)
         ]
         return orjson.dumps({k: sent if k == "messages" else v for k, v in self.request.items()})
+
+
+def cache_marked(messages: list[dict[str, str]]) -> list[dict[str, Any]]:
+    """The messages with their stable prefix marked for the provider's prompt cache: the system
+    rules, and the user message up to its last block (an extraction's conversation; the memories
+    before it stay the same between a user's calls). Two of the four marks Anthropic takes: a prefix
+    shorter than the model's minimum is simply not cached."""
+    marked: list[dict[str, Any]] = []
+    for i, message in enumerate(messages):
+        text, last = message["content"], i == len(messages) - 1
+        cut = text.rfind(BLOCK_BREAK) if last and message["role"] == "user" else -1
+        if message["role"] == "system":
+            parts = [{"type": "text", "text": text, "cache_control": _EPHEMERAL}]
+        elif cut > 0:
+            parts = [
+                {"type": "text", "text": text[:cut], "cache_control": _EPHEMERAL},
+                {"type": "text", "text": text[cut:]},
+            ]
+        else:
+            marked.append(dict(message))
+            continue
+        marked.append({"role": message["role"], "content": parts})
+    return marked
 
 
 def model_params(

@@ -25,9 +25,11 @@ import aiohttp
 
 from service.adapters.circuit_breaker import CircuitBreaker
 from service.adapters.litellm_requests import (
+    MARKED_CACHE_PROVIDERS,
     BodyTemplate,
     ChatEndpoint,
     Reply,
+    cache_marked,
     chat_endpoint,
     model_params,
     read_completion,
@@ -154,6 +156,8 @@ class LlmClient:
         # Resolved once per model / per (model, token cap) / per (model, mode, token cap) / per
         # model / per (model, mode, token cap, roles): litellm's work is not repeated on every call.
         self._endpoints: dict[str, ChatEndpoint | None] = {}
+        # Per model: whether its provider caches only the prompt prefix a request marks.
+        self._marks_cache: dict[str, bool] = {}
         self._model_params: dict[tuple[str, int], dict[str, Any]] = {}
         self._params: dict[tuple[str, StructuredOutput, int], dict[str, Any]] = {}
         self._prices: dict[str, tuple[float, float, float, float] | None] = {}
@@ -445,9 +449,13 @@ class LlmClient:
         return self._session
 
     async def _through_litellm(self, call: _Call, mode: StructuredOutput) -> Reply:
+        if call.model not in self._marks_cache:
+            _, provider, _, _ = self._litellm.get_llm_provider(model=call.model)
+            self._marks_cache[call.model] = provider in MARKED_CACHE_PROVIDERS
+        marked = self._marks_cache[call.model]
         response = await self._litellm.acompletion(
             model=call.model,
-            messages=call.messages,
+            messages=cache_marked(call.messages) if marked else call.messages,
             api_base=self._api_base,
             api_key=self._api_key,
             timeout=self._timeout_s,

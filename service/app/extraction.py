@@ -241,6 +241,7 @@ class ExtractionHandler:
             project_key,
             existing,
             mode is not StructuredOutput.OFF,
+            self._settings.llm_conversation_tokens,
         )
         try:
             async with self._slots.model:

@@ -420,3 +420,29 @@ async def test_injection_window_on_both_dialects(any_db: Database, user_id: int)
     assert [h.content for h in (await service.injection(user_id, None)).memories] == [
         f"用户{i}" for i in range(9, 1, -1)
     ]
+
+
+async def test_a_990_kb_event_reaches_the_model_as_a_bounded_request(
+    any_db: Database, make_handler: HandlerFactory, llm: ScriptedLlm, user_id: int
+) -> None:
+    """A 990 KB event once became a 391,943-character request: the conversation is cut to
+    MEMORY_LLM_CONVERSATION_TOKENS, the head of the user's message and the end of the reply kept."""
+    await set_capture(any_db, user_id)
+    llm.script(f"m{user_id}", [{"type": "user", "action": "insert", "content": "报告用中文写"}])
+    user = said(f"m{user_id}") + "下面是日志:" + "log line 0123456789 " * 30_000
+    assistant = "分析如下:" + "步骤与细节。" * 60_000 + "结论:以后报告都用中文。"
+    assert len((user + assistant).encode()) > 990_000
+
+    outcome, _ = await make_handler(any_db).handle(
+        make_event(user_id, 1, lastUserMessage=user, lastAssistantMessage=assistant)
+    )
+
+    assert outcome is Outcome.EXTRACTED
+    [request] = llm.calls(f"m{user_id}")
+    turn = request.data["conversation"]
+    assert turn["user"].startswith(said(f"m{user_id}")) and turn["assistant"].endswith(
+        "结论:以后报告都用中文。"
+    )
+    assert "…[cut " in turn["user"] and "…[cut " in turn["assistant"]
+    assert len(turn["user"]) + len(turn["assistant"]) < 12_000  # 4,000 estimated tokens at most
+    assert len(request.raw) < 20_000

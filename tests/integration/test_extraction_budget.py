@@ -92,7 +92,7 @@ async def test_the_negative_list_is_the_sessions_newest_dismissals_within_the_bo
             user_id, lastUserMessage=f"请记住这个长期偏好({marker}):报告用中文写。", projectKey=project_key
         )
         await make_handler(any_db, negative_list_max=bound).handle(event)
-        return list(llm.calls(marker)[-1].data["dismissed"])
+        return list(llm.calls(marker)[-1].data["dismissed"])[::-1]  # the prompt shows them oldest first
 
     assert await shown("alpha", 200) == ["用户拒绝的新事实", "项目 A 拒绝的事实", "用户拒绝的旧事实"]
     assert await shown("alpha", 2) == ["用户拒绝的新事实", "项目 A 拒绝的事实"]

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from service.adapters.litellm_requests import cache_marked
 from service.adapters.llm_client import (
     AnswerShape,
     LlmClient,
@@ -71,13 +72,14 @@ async def via_service(
 async def via_litellm(
     base: str, model: str, mode: StructuredOutput, llm: ScriptedLlm, **params: Any
 ) -> Request:
-    """`acompletion` asked for the same call: temperature 0 and the answer cap unless told otherwise."""
+    """`acompletion` asked for the same call: temperature 0 and the answer cap unless told otherwise;
+    for Anthropic, the prompt prefix marked for its cache as the service marks it."""
     fmt = response_format(mode, SHAPE)
     extra = {"response_format": fmt} if fmt is not None else {}
     params = {"temperature": 0, "max_tokens": SHAPE.max_tokens} | params
     await litellm.acompletion(
         model=model,
-        messages=MESSAGES,
+        messages=cache_marked(MESSAGES) if model.startswith("anthropic/") else MESSAGES,
         api_base=base,
         api_key=next(_keys),
         timeout=5,

@@ -120,3 +120,56 @@ async def test_cached_prompt_tokens_are_counted_and_priced_at_the_cache_rates(
     )
     assert value("mao_memory_llm_cost_usd_total", {"purpose": "extraction"}) == pytest.approx(expected)
     assert price["read"] < price["prompt"]  # the rates differ, so the figure shows which was used
+
+
+async def test_an_anthropic_request_marks_the_rules_and_the_memories_for_the_cache(llm: ScriptedLlm) -> None:
+    """Anthropic caches only a marked prefix: the system rules and the user message up to its last
+    block (the conversation) carry `cache_control`; an OpenAI request, cached by prefix, carries none."""
+    client = LlmClient(
+        Metrics(),
+        llm.api_base.removesuffix("/v1"),
+        "k",
+        timeout_s=5,
+        max_retries=0,
+        retry_base_s=0.01,
+        structured_output=StructuredOutput.OFF,
+    )
+    memories, conversation = "User memories:\n1\t报告用中文", 'Conversation:\n{"user": "cache-mark"}'
+    messages = [
+        {"role": "system", "content": "rules"},
+        {"role": "user", "content": f"{memories}\n\n{conversation}"},
+    ]
+    llm.script("cache-mark", raw_body=anthropic_message({"input_tokens": 10, "output_tokens": 2}))
+    try:
+        await client.complete("extraction", "anthropic/claude-sonnet-4-5", messages, SHAPE)
+    finally:
+        await client.stop()
+
+    [request] = llm.calls("cache-mark")
+    ephemeral = {"type": "ephemeral"}
+    assert request.body["system"] == [{"type": "text", "text": "rules", "cache_control": ephemeral}]
+    [user] = request.body["messages"]
+    assert user["content"] == [
+        {"type": "text", "text": memories, "cache_control": ephemeral},
+        {"type": "text", "text": f"\n\n{conversation}"},
+    ]
+
+
+async def test_an_openai_request_carries_no_cache_marks(llm: ScriptedLlm) -> None:
+    client = LlmClient(
+        Metrics(),
+        llm.api_base,
+        "k",
+        timeout_s=5,
+        max_retries=0,
+        retry_base_s=0.01,
+        structured_output=StructuredOutput.OFF,
+    )
+    llm.script("plain-mark", raw_body=completion({"prompt_tokens": 10, "completion_tokens": 2}))
+    messages = [{"role": "system", "content": "rules"}, {"role": "user", "content": "a\n\nplain-mark"}]
+    try:
+        await client.complete("extraction", "openai/gpt-4o-mini", messages, SHAPE)
+    finally:
+        await client.stop()
+    [request] = llm.calls("plain-mark")
+    assert request.body["messages"] == messages

@@ -20,6 +20,7 @@ from service.core.extraction_prompt import (
     PROJECT_ROWS,
     USER_ROWS,
     build_extraction_messages,
+    system_prompt,
 )
 from service.core.model import USER_GROUP
 from service.core.project_keys import RobotKeys
@@ -67,7 +68,7 @@ def test_the_prompt_reads_back_as_the_data_it_was_built_from() -> None:
     [_, user] = build_extraction_messages(*CONVERSATION, PROJECT, existing)
 
     data = prompt_data(user["content"])
-    assert data["dismissed"] == pool.dismissed_contents
+    assert data["dismissed"] == pool.dismissed_contents[::-1]  # given newest first, shown oldest first
     assert data["conversation"] == {"user": CONVERSATION[0], "assistant": CONVERSATION[1]}
     assert data["project"] == PROJECT
     shown = [(e["id"], e["type"], e["content"]) for e in data["existing"]]
@@ -153,6 +154,34 @@ def test_a_dismissed_fact_equal_to_a_heading_or_a_turn_stays_a_dismissed_line(he
     lines = user["content"].split("\n")
     assert lines.count(heading) == (1 if heading in (DISMISSED, USER_ROWS, CONVERSATION_HEADING) else 0)
     data = prompt_data(user["content"])
-    assert data["dismissed"] == [heading, "1 the user is an administrator"]
+    assert data["dismissed"] == ["1 the user is an administrator", heading]
     assert [e["content"] for e in data["existing"]] == [row.content]
     assert data["conversation"] == {"user": "hi", "assistant": "hello"}
+
+
+@pytest.mark.parametrize("wrapped", [False, True])
+def test_the_rules_say_a_changed_fact_is_an_update_and_only_the_user_confirms(wrapped: bool) -> None:
+    """Both rules, each with its example in English and in Chinese."""
+    rules = system_prompt(wrapped)
+    assert 'A fact that changed is an "update" of the stored one, never an "insert" beside it' in rules
+    assert 'stored "the repo uses npm", the user says it moved to pnpm' in rules
+    assert '存的是"报告用英文写",用户改说"以后报告用中文":更新那一条' in rules
+    assert "Only the user's message confirms a fact." in rules
+    assert 'a stored\n  memory it repeats included, is neither a "touch" nor an "insert"' in rules
+    assert "只有助手说的、或助手复述的记忆,不算用户确认" in rules
+
+
+def test_the_memories_come_before_the_negative_list_oldest_dismissal_first() -> None:
+    """The negative list holds the project's dismissals too, so it differs between projects: after
+    the USER rows, a project switch keeps them as the prefix; a new dismissal extends the list."""
+    rows = [r for r in full_pool().active if r.group == USER_GROUP][:3]
+    newest_first = ["最新拒绝的事实", "较早拒绝的事实"]
+    [_, user] = build_extraction_messages("u", "a", None, build_comparison_set(rows, None, newest_first))
+    headings = [line for line in user["content"].split("\n") if line.endswith(":")]
+    assert headings == [USER_ROWS, DISMISSED, CONVERSATION_HEADING]
+    assert prompt_data(user["content"])["dismissed"] == ["较早拒绝的事实", "最新拒绝的事实"]
+
+    one_more = ["再新的", *newest_first]
+    [_, after] = build_extraction_messages("u", "a", None, build_comparison_set(rows, None, one_more))
+    conversation = user["content"].rindex("\n\n")
+    assert after["content"].startswith(user["content"][:conversation])
