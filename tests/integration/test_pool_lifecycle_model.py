@@ -287,6 +287,19 @@ class PoolMachine(RuleBasedStateMachine):
             self.gate.before = None
             self.client._mode_retry_s = MODE_RETRY_S
 
+    @rule(pick=st.integers(16, 23), kind=st.sampled_from(["user", "project"]))
+    def restate_dismissed(self, pick: int, kind: str) -> None:
+        """The model states a fact again that the pool holds dismissed, by the user (D3: never
+        revived) or for room (D14: restored)."""
+        row_id = self.run(self._pick(pick))
+        rows = self.run(self._rows())
+        if row_id is None or rows[row_id].status != "DISMISSED":
+            return
+        in_project = rows[row_id].scope == "PROJECT"
+        self._extract(
+            [{"type": "project" if in_project else kind, "content": rows[row_id].content}], in_project
+        )
+
     @rule(answer=answer_items())
     def extract_in_outage(self, answer: list[dict[str, Any]]) -> None:
         """Every structured request answered 503 (a model loading): a mode never answered falls back
