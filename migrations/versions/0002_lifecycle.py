@@ -28,12 +28,15 @@
   | of those, the ones already in the state above                                               |
   | of those, the oldest (created_at, then id)                                                  |
 
-  A twin was dismissed at its `updated_at` (the machine never changes a dismissed row). The user's
-  word on an ACTIVE twin is their latest create, edit or restore entry in its history, and for a
-  MANUAL twin its creation too; never its `updated_at`, which revision 0001 also moved when the
-  machine touched a row on an exact hit, nor a dismiss or delete in the trail of a deleted row whose
-  id revision 0001's SQLite gave to a new one. A machine-made twin the user never restored carries
-  no word of theirs. `dismissed_by` is derived before the merge (above), so all of this holds on a
+  A twin was dismissed at its `updated_at` (the machine never changes a dismissed row), and a
+  survivor left DISMISSED (USER) gets the latest such time, never the migration's clock: a later
+  fold (migrations 0005, 0006) weighs the rejection by when the user made it. The user's word on an
+  ACTIVE twin is their latest create, edit or restore entry in its history since the row's
+  creation, and for a MANUAL twin its creation too; never its `updated_at`, which revision 0001
+  also moved when the machine touched a row on an exact hit, nor an entry in the trail of a deleted
+  row whose id revision 0001's SQLite gave to a new one (that trail ends before the new row's
+  creation). A machine-made twin the user never restored carries no word of theirs. Folding in
+  steps (0002, then 0005) thus ends in the state folding all twins at once gives. `dismissed_by` is derived before the merge (above), so all of this holds on a
   revision-0001 database. Two MANUAL twins cannot both stay, `(user_id, dedup_hash)` being unique:
   one survives by the lines above and the other is deleted. Nothing the user said is lost: the two
   texts differ only by compatibility forms and invisible characters, the survivor carries the
@@ -196,6 +199,7 @@ class Merge(NamedTuple):
     survivor: int
     state: State
     folded: tuple[int, ...]
+    rejected_at: datetime | None  # when the user made the rejection a DISMISSED (USER) state keeps
 
 
 ACTIVE: State = ("ACTIVE", None)
@@ -215,7 +219,8 @@ def merge_twins(twins: Sequence[Twin]) -> Merge:
         state = CAPACITY_DISMISSED
     pool = [t for t in twins if t.source == "MANUAL"] or list(twins)
     survivor = min(pool, key=lambda t: (t.state != state, t.created_at, t.id))
-    return Merge(survivor.id, state, tuple(t.id for t in twins if t.id != survivor.id))
+    folded = tuple(t.id for t in twins if t.id != survivor.id)
+    return Merge(survivor.id, state, folded, max(rejected) if state == USER_DISMISSED else None)
 
 
 def _said_active(twin: Twin) -> datetime | None:
@@ -230,18 +235,7 @@ def _said_active(twin: Twin) -> datetime | None:
 def _fold(conn: sa.Connection, user_id: int, group: list[dict[str, Any]], now: datetime) -> dict[str, Any]:
     """Applies `merge_twins` to one group; returns the survivor as it was read."""
     by_id = {row["id"]: row for row in group}
-    spoken = dict(
-        conn.execute(
-            sa.select(history.c.memory_id, sa.func.max(history.c.created_at))
-            .where(
-                history.c.user_id == user_id,
-                history.c.memory_id.in_(by_id),
-                history.c.actor == "user",
-                history.c.action.in_(("create", "edit", "restore")),
-            )
-            .group_by(history.c.memory_id)
-        ).all()
-    )
+    spoken = _spoken(conn, user_id, by_id)
     merge = merge_twins([Twin.of(row, spoken.get(row["id"])) for row in group])
     survivor = by_id[merge.survivor]
     for twin_id in merge.folded:
@@ -253,15 +247,36 @@ def _fold(conn: sa.Connection, user_id: int, group: list[dict[str, Any]], now: d
         conn.execute(item.delete().where(item.c.id == twin_id))
         _record(conn, survivor, "merge", by_id[twin_id]["content"], survivor["content"], now)
     status, dismissed_by = merge.state
-    if (survivor["status"], survivor["dismissed_by"]) != merge.state:
+    moved = (survivor["status"], survivor["dismissed_by"]) != merge.state
+    at = merge.rejected_at or now
+    if moved or (merge.rejected_at is not None and survivor["updated_at"] != at):
         conn.execute(
             item.update()
             .where(item.c.id == survivor["id"])
-            .values(status=status, dismissed_by=dismissed_by, updated_at=now)
+            .values(status=status, dismissed_by=dismissed_by, updated_at=at)
         )
+    if moved:
         action = "restore" if status == "ACTIVE" else "dismiss"
         _record(conn, survivor, action, survivor["content"], None, now)
     return survivor
+
+
+def _spoken(conn: sa.Connection, user_id: int, by_id: dict[int, dict[str, Any]]) -> dict[int, datetime]:
+    """Each twin's latest create, edit or restore by the user since the twin's creation: entries
+    before it belong to a deleted row that held the id first (revision 0001's SQLite reused ids)."""
+    entries = conn.execute(
+        sa.select(history.c.memory_id, history.c.created_at).where(
+            history.c.user_id == user_id,
+            history.c.memory_id.in_(by_id),
+            history.c.actor == "user",
+            history.c.action.in_(("create", "edit", "restore")),
+        )
+    ).all()
+    spoken: dict[int, datetime] = {}
+    for memory_id, at in entries:
+        if at >= by_id[memory_id]["created_at"]:
+            spoken[memory_id] = max(at, spoken.get(memory_id, at))
+    return spoken
 
 
 def _record(
