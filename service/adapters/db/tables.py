@@ -147,3 +147,5 @@ memory_history = sa.Table(
 )
 
 EXTRACTION_MODEL_SETTING = "memory.extractionModelId"
+# The text rule the stored hashes follow (`normalize.TEXT_RULE_VERSION`), written by the migrations.
+TEXT_RULE_SETTING = "memory.textRuleVersion"
