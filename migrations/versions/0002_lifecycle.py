@@ -6,6 +6,10 @@
   and kept it DISMISSED) was never rejected.
 - SQLite: `memory_item` and `memory_history` get AUTOINCREMENT; both dialects' counters start past
   every id any history row names, so a deleted memory's trail never shows up under a new one.
+  Revision 0001's SQLite did reuse ids: a live row's id whose history starts before the row's
+  creation holds a deleted row's trail first. That trail moves to an id of its own (past every
+  other), a gone memory's, before anything below reads the history: it is no word on the new row,
+  and no fold carries it along.
 - Every `dedup_hash` is recomputed with the identity rule (NFKC, invisible characters removed,
   whitespace folded). Rows of one user that now share a hash ("twins") become one row: the survivor.
   Each other twin is deleted, its history rows move under the survivor, and the survivor gets a
@@ -31,13 +35,13 @@
   A twin was dismissed at its `updated_at` (the machine never changes a dismissed row), and a
   survivor left DISMISSED (USER) gets the latest such time, never the migration's clock: a later
   fold (migrations 0005, 0006) weighs the rejection by when the user made it. The user's word on an
-  ACTIVE twin is their latest create, edit or restore entry in its history since the row's
-  creation, and for a MANUAL twin its creation too; never its `updated_at`, which revision 0001
-  also moved when the machine touched a row on an exact hit, nor an entry in the trail of a deleted
-  row whose id revision 0001's SQLite gave to a new one (that trail ends before the new row's
-  creation). A machine-made twin the user never restored carries no word of theirs. Folding in
-  steps (0002, then 0005) thus ends in the state folding all twins at once gives. `dismissed_by` is derived before the merge (above), so all of this holds on a
-  revision-0001 database. Two MANUAL twins cannot both stay, `(user_id, dedup_hash)` being unique:
+  ACTIVE twin is their latest create, edit or restore entry in its history, and for a MANUAL
+  twin its creation too; never its `updated_at`, which revision 0001 also moved when the machine
+  touched a row on an exact hit, nor an entry in the trail of a deleted row whose id revision
+  0001's SQLite gave to a new one (moved away above). A machine-made twin the user never restored
+  carries no word of theirs. Folding in steps (0002, then 0005) thus ends in the state folding all
+  twins at once gives. `dismissed_by` is derived before the merge (above), so all of this holds on
+  a revision-0001 database. Two MANUAL twins cannot both stay, `(user_id, dedup_hash)` being unique:
   one survives by the lines above and the other is deleted. Nothing the user said is lost: the two
   texts differ only by compatibility forms and invisible characters, the survivor carries the
   user's latest decision about the fact, and the deleted row's exact text (the `merge` row's old
@@ -109,10 +113,34 @@ def upgrade() -> None:
         "memory_history", recreate=recreate, table_kwargs={"sqlite_autoincrement": True}
     ) as batch:
         pass
+    _rehome_earlier_trails(conn)
     _backfill_dismissed_by(conn)
     _advance_id_counter(conn, sqlite)
     _rehash(conn)
     _consolidation_due_at()
+
+
+def _rehome_earlier_trails(conn: sa.Connection) -> None:
+    earlier = sa.exists().where(
+        history.c.user_id == item.c.user_id,
+        history.c.memory_id == item.c.id,
+        history.c.created_at < item.c.created_at,
+    )
+    reused = conn.execute(sa.select(item.c.id, item.c.user_id).where(earlier)).all()
+    top = max(
+        int(conn.scalar(sa.select(sa.func.coalesce(sa.func.max(item.c.id), 0))) or 0),
+        int(conn.scalar(sa.select(sa.func.coalesce(sa.func.max(history.c.memory_id), 0))) or 0),
+    )
+    for gone, (row_id, user_id) in enumerate(reused, start=top + 1):
+        # Compared in SQL, column to column: SQLite holds times as text, in the format they came in.
+        created = sa.select(item.c.created_at).where(item.c.id == row_id).scalar_subquery()
+        conn.execute(
+            history.update()
+            .where(
+                history.c.user_id == user_id, history.c.memory_id == row_id, history.c.created_at < created
+            )
+            .values(memory_id=gone)
+        )
 
 
 def _backfill_dismissed_by(conn: sa.Connection) -> None:
@@ -262,21 +290,20 @@ def _fold(conn: sa.Connection, user_id: int, group: list[dict[str, Any]], now: d
 
 
 def _spoken(conn: sa.Connection, user_id: int, by_id: dict[int, dict[str, Any]]) -> dict[int, datetime]:
-    """Each twin's latest create, edit or restore by the user since the twin's creation: entries
-    before it belong to a deleted row that held the id first (revision 0001's SQLite reused ids)."""
-    entries = conn.execute(
-        sa.select(history.c.memory_id, history.c.created_at).where(
-            history.c.user_id == user_id,
-            history.c.memory_id.in_(by_id),
-            history.c.actor == "user",
-            history.c.action.in_(("create", "edit", "restore")),
-        )
-    ).all()
-    spoken: dict[int, datetime] = {}
-    for memory_id, at in entries:
-        if at >= by_id[memory_id]["created_at"]:
-            spoken[memory_id] = max(at, spoken.get(memory_id, at))
-    return spoken
+    """Each twin's latest create, edit or restore by the user (a reused id's earlier trail has
+    moved away: `_rehome_earlier_trails`)."""
+    return dict(
+        conn.execute(
+            sa.select(history.c.memory_id, sa.func.max(history.c.created_at))
+            .where(
+                history.c.user_id == user_id,
+                history.c.memory_id.in_(by_id),
+                history.c.actor == "user",
+                history.c.action.in_(("create", "edit", "restore")),
+            )
+            .group_by(history.c.memory_id)
+        ).all()
+    )
 
 
 def _record(

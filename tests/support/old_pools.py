@@ -66,9 +66,15 @@ def seed_0001(conn: sa.Connection, rows: list[OldRow]) -> None:
         for action, actor, day in row.events
     ]
     if items:
-        conn.execute(sa.table("memory_item", *map(sa.column, items[0])).insert(), items)
+        conn.execute(_table("memory_item", items[0]).insert(), items)
     if trail:
-        conn.execute(sa.table("memory_history", *map(sa.column, trail[0])).insert(), trail)
+        conn.execute(_table("memory_history", trail[0]).insert(), trail)
+
+
+def _table(name: str, row: dict[str, object]) -> sa.TableClause:
+    """Dates typed, so SQLite stores them as the service did (with microseconds): a bare string
+    compares apart from SQLAlchemy's rendering of the same time."""
+    return sa.table(name, *(sa.column(k, sa.DateTime() if k.endswith("_at") else None) for k in row))
 
 
 @contextmanager
