@@ -7,6 +7,7 @@ revision does first: it updates `memory.textRuleVersion` (and later moves `alemb
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -18,9 +19,17 @@ from service.adapters.db.database import Database
 from service.adapters.db.engine import SCHEMA_HEAD, SchemaNotCurrent, build_engine, sync_url
 from service.adapters.db.errors import TextRuleChanged, is_transient
 from service.adapters.db.tables import TEXT_RULE_SETTING
+from service.adapters.metrics import Metrics
 from service.core.model import Group, Scope, Source
 from service.core.normalize import TEXT_RULE_VERSION, dedup_hash
+from service.entrypoints.consumer import EventProcessor
+from tests.conftest import event_payload, said
+from tests.integration.conftest import HandlerFactory
+from tests.integration.test_model_failure_budget import received, record
+from tests.support.dead_letters import RecordingDeadLetters
 from tests.support.old_pools import database_at
+from tests.support.pool import ledger, set_capture
+from tests.support.scripted_llm import ScriptedLlm
 
 USER = 41
 NEWER = str(int(TEXT_RULE_VERSION) + 1)
@@ -120,3 +129,26 @@ async def test_a_writer_waits_for_the_rule_changing_migration_then_refuses(tmp_p
         finally:
             engine.dispose()
             await db.dispose()
+
+
+async def test_events_wait_out_a_newer_rule_with_the_models_answer_kept(
+    fresh: tuple[Database, str], make_handler: HandlerFactory, llm: ScriptedLlm, metrics: Metrics
+) -> None:
+    """The old pod's events: answered by the model once, never written under the old rule, never
+    dead-lettered; they finish if the rule is this code's again (here: by hand), else on new pods."""
+    db, url = fresh
+    await set_capture(db, USER)
+    marker = f"rule{uuid.uuid4().hex[:8]}"
+    llm.script(marker, [{"type": "user", "content": "滚动升级期间不写旧规则的哈希"}])
+    events = [event_payload(USER, n, lastUserMessage=said(marker)) for n in range(1, 4)]
+    newer_rule(url, NEWER)
+    handle = EventProcessor(make_handler(db), RecordingDeadLetters(), metrics)  # type: ignore[arg-type]
+    tasks = [asyncio.create_task(handle(received(record(e, n)))) for n, e in enumerate(events)]
+    await asyncio.sleep(2)
+    assert not any(task.done() for task in tasks)
+    assert await count(db) == 0
+    newer_rule(url, TEXT_RULE_VERSION)
+    await asyncio.wait_for(asyncio.gather(*tasks), timeout=60)
+    assert len(llm.calls(marker)) == len(events)
+    assert await count(db) == 1
+    assert all([await ledger(db, e["eventId"]) for e in events])
