@@ -192,6 +192,12 @@ def identity(text: str) -> str:
     return clean_content(_DROPPED.sub("", text))
 
 
+# The version of the rule above that stored hashes and texts follow. A migration that changes the
+# rule raises it and records it in the database before it re-cleans and re-hashes (docs/operations.md,
+# rolling updates); code whose version differs from the database's writes no memory.
+TEXT_RULE_VERSION = "3"
+
+
 def dedup_hash(scope: Scope, project_key: str, content: str) -> str:
     """sha1("{scope}|{projectKey or ''}|{identity(content)}"), so USER and PROJECT dedup apart."""
     payload = f"{scope.value}|{project_key}|{identity(content)}"

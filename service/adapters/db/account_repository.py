@@ -15,6 +15,7 @@ from service.adapters.db.prepared import Prepared, Statements
 from service.adapters.db.tables import (
     EXTRACTION_MODEL_SETTING,
     MODEL_REJECTIONS_SETTING,
+    TEXT_RULE_SETTING,
     memory_event_ledger,
     memory_system_setting,
     memory_user_project,
@@ -45,6 +46,11 @@ _USER_STATE = sa.select(memory_user_state.c.user_id).where(
 )
 # A row lock in MySQL; SQLite has one writer at a time, which `Database` enforces instead.
 _LOCK_USER = Prepared(_USER_STATE, variants={"mysql": _USER_STATE.with_for_update()})
+_SETTING = memory_system_setting.c
+_RULE = sa.select(_SETTING.value).where(_SETTING.setting_key == TEXT_RULE_SETTING)
+# A shared lock in MySQL: writers hold it together, and a migration changing the rule (which updates
+# the row first) waits for them, then makes the next ones wait until it has re-hashed and committed.
+_TEXT_RULE = Prepared(_RULE, variants={"mysql": _RULE.with_for_update(read=True)})
 # The lock row inserted, or the existing one locked by a no-op update of its key.
 _STATE_ROW = {"user_id": sa.bindparam("new_user"), "consolidation_due_at": sa.null()}
 _CREATE_USER_STATE = Prepared(
@@ -197,6 +203,12 @@ class AccountRepository:
         """Hold the user's row lock until the transaction ends; False when the row does not exist."""
         found = await self._statements.rows(_LOCK_USER, {"user_id": user_id})
         return bool(found)
+
+    async def text_rule(self) -> str | None:
+        """The text rule's version the database's hashes follow, held (MySQL) until the transaction
+        ends; None before the migration that records it."""
+        rows = await self._statements.rows(_TEXT_RULE, {})
+        return str(rows[0][0]) if rows else None
 
     async def consolidation_due(self, user_id: int) -> datetime | None:
         """When consolidation may run next for the user; None: whenever its conditions hold."""

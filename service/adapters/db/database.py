@@ -14,9 +14,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from service.adapters.db.account_repository import AccountRepository
 from service.adapters.db.driver_pool import DriverPool
 from service.adapters.db.engine import POOL_TIMEOUT_S, SchemaNotCurrent, revision_of
+from service.adapters.db.errors import TextRuleChanged
 from service.adapters.db.memory_repository import MemoryRepository
 from service.adapters.db.prepared import DriverLink, Statements
 from service.core.clock import Clock, SystemClock
+from service.core.normalize import TEXT_RULE_VERSION
 
 # Lookups `side_read` runs at once, on connections the lookup pool keeps beyond `pool_size`, and
 # how long one may take, its wait for the connection included.
@@ -42,6 +44,17 @@ class UnitOfWork:
     async def commit(self) -> None:
         await self._link.commit()
         self._committed = True
+
+
+async def _lock(uow: UnitOfWork, user_id: int) -> None:
+    """Takes the user's lock, then makes sure the stored hashes follow this code's text rule: a pod
+    of the previous release, still running while a newer one's migration changed the rule, must not
+    write hashes the new rule would never find (docs/operations.md, rolling updates)."""
+    if not await uow.accounts.lock_user(user_id):
+        await uow.accounts.create_user_state(user_id)
+    found = await uow.accounts.text_rule()
+    if found != TEXT_RULE_VERSION:
+        raise TextRuleChanged(found, TEXT_RULE_VERSION)
 
 
 class Database:
@@ -93,8 +106,7 @@ class Database:
         COMMITTED takes no gap lock on the miss, so two first writers queue instead of deadlocking).
         """
         async with self.transaction() as uow:
-            if not await uow.accounts.lock_user(user_id):
-                await uow.accounts.create_user_state(user_id)
+            await _lock(uow, user_id)
             yield uow
 
     @asynccontextmanager
@@ -126,8 +138,7 @@ class Database:
             return
         async with self._writes.connection() as link:  # rolls back what is not committed
             uow = UnitOfWork(link)
-            if not await uow.accounts.lock_user(user_id):
-                await uow.accounts.create_user_state(user_id)
+            await _lock(uow, user_id)
             yield uow
 
     @asynccontextmanager

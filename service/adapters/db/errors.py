@@ -107,8 +107,23 @@ def retires_connection(dialect: Any, error: BaseException) -> bool:
     return dialect.name == "mysql" and bool(args) and args[0] in SESSION_UNUSABLE
 
 
+class TextRuleChanged(Exception):
+    """The database's hashes follow another text rule than this code's: during a rolling update a
+    newer release migrated it. Writing now would store hashes the new rule does not find, so this
+    process writes nothing (transient: the consumer holds its offsets, the API answers 503) until it
+    is replaced."""
+
+    def __init__(self, found: str | None, wanted: str) -> None:
+        super().__init__(
+            f"the database's text rule is version {found or 'unrecorded'}, this code writes version"
+            f" {wanted}: no memory is written until a release of rule {found or wanted} runs"
+        )
+        self.found = found
+        self.wanted = wanted
+
+
 def is_transient(exc: BaseException) -> bool:
-    if isinstance(exc, PoolTimeout | ConnectionError | OSError):
+    if isinstance(exc, PoolTimeout | ConnectionError | OSError | TextRuleChanged):
         return True
     if isinstance(exc, DBAPIError) and exc.connection_invalidated:
         return True  # SQLAlchemy recognized a disconnect (it also knows pymysql's codeless "(0, '')")

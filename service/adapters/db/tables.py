@@ -153,3 +153,5 @@ memory_history = sa.Table(
 EXTRACTION_MODEL_SETTING = "memory.extractionModelId"
 # Events dead-lettered as `model_rejected` since the model was last set (`core.model_rejections`).
 MODEL_REJECTIONS_SETTING = "memory.extractionModelId.rejections"
+# The text rule the stored hashes follow (`normalize.TEXT_RULE_VERSION`), written by the migrations.
+TEXT_RULE_SETTING = "memory.textRuleVersion"
