@@ -15,6 +15,7 @@ the invariants of docs/decisions.md ("The pool's invariants") against a plain-Py
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 from collections.abc import Awaitable, Callable, Hashable, Iterator
@@ -479,12 +480,23 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]
     yield mariadb.url
 
 
-def test_the_pool_rules_hold_for_any_interleaving(database_url: str, llm_server: ScriptedLlm) -> None:
+@contextlib.contextmanager
+def machine_world(database_url: str, llm_server: ScriptedLlm) -> Iterator[None]:
+    """The machine's database, clock, model and event loop of its own, for one test."""
     loop = asyncio.new_event_loop()
     db = Database(build_engine(database_url, pool_size=2), clock=ManualClock(datetime(2030, 1, 1)))
     llm_server.reset()
     PoolMachine.loop, PoolMachine.db, PoolMachine.llm = loop, db, llm_server
     PoolMachine.clock = db.clock  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        llm_server.reset()
+        loop.run_until_complete(db.dispose())
+        loop.close()
+
+
+def test_the_pool_rules_hold_for_any_interleaving(database_url: str, llm_server: ScriptedLlm) -> None:
     machine = PoolMachine.TestCase
     machine.settings = settings(
         max_examples=EXAMPLES,
@@ -495,12 +507,33 @@ def test_the_pool_rules_hold_for_any_interleaving(database_url: str, llm_server:
         phases=list(Phase) if EXAMPLES <= DEFAULT_EXAMPLES else [Phase.explicit, Phase.reuse, Phase.generate],
     )
     PoolMachine.examples = 0
-    try:
-        machine().runTest()
-    except BaseException:
-        print(f"examples run, the failing one and its shrinks included: {PoolMachine.examples}")
-        raise
-    finally:
-        llm_server.reset()
-        loop.run_until_complete(db.dispose())
-        loop.close()
+    with machine_world(database_url, llm_server):
+        try:
+            machine().runTest()
+        except BaseException:
+            print(f"examples run, the failing one and its shrinks included: {PoolMachine.examples}")
+            raise
+
+
+def test_the_machine_finds_a_demoted_row_the_user_dismissed_revived(
+    database_url: str, llm_server: ScriptedLlm
+) -> None:
+    """Issue 39's first defect as the machine's own steps, which random search reaches rarely: two
+    new facts demote the oldest row for room, the user dismisses it, the model states it again."""
+    with machine_world(database_url, llm_server):
+        machine = PoolMachine()
+        try:
+            machine.seed()
+            machine.extract(
+                [{"type": "user", "content": "新事实甲"}], in_project=False, restored_meanwhile=False
+            )
+            machine.extract(
+                [{"type": "user", "content": "新事实乙"}], in_project=False, restored_meanwhile=False
+            )
+            machine.set_status(16, Status.DISMISSED)
+            assert machine.rejected, "the demoted row was not the one dismissed"
+            machine.rules_hold()
+            machine.restate_dismissed(16, "user")
+            machine.rules_hold()
+        finally:
+            machine.teardown()
