@@ -222,13 +222,14 @@ async def test_the_openapi_document_shows_every_id_as_a_decimal_string(http: htt
         "HistoryItem.originSessionId": [id_string],
         "Deleted.id": [id_string],
         "ExtractionUsage.userId": [id_string],
+        "UserErased.userId": [id_string],
     }
     operations = [o for path in document["paths"].values() for o in path.values()]
     parameters = [p for o in operations for p in o.get("parameters", [])]
     ids = [p for p in parameters if p["name"] in {"memory_id", "userId"}]
     # The memory's get, patch, delete and history; the admin list, history (two) and extractions;
-    # the injection.
-    assert len(ids) == 9
+    # the injection; the erasure.
+    assert len(ids) == 10
     for parameter in ids:
         assert {"type": "string", "pattern": ID_PATTERN} in [
             {k: o.get(k) for k in ("type", "pattern")} for o in parameter["schema"]["oneOf"]

@@ -11,6 +11,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -217,24 +218,40 @@ async def test_a_revoked_key_holds_events_behind_the_breaker_instead_of_dead_let
 NO_CHOICES = b'{"id": "x", "object": "chat.completion", "choices": []}'
 
 
-@pytest.mark.parametrize("poisons", [2, 6, 50])
-async def test_poison_events_failing_together_are_each_dead_lettered_while_healthy_events_flow(
-    mysql_db: Database,
+@dataclass
+class PoisonRun:
+    """What happened to poisons published together among healthy traffic."""
+
+    dead: RecordingDeadLetters
+    took_s: float  # from their publication until the last one's dead letter
+    opened: list[BreakerState]  # the breaker's changes meanwhile
+    healthy_s: list[float]  # each healthy event's time through the processor
+
+    def check(self, poisons: int) -> None:
+        assert self.dead.reasons() == ["model_failed"] * poisons
+        errors = [b"error" if n % 3 == 1 else b"timeout" for n in range(poisons)]
+        assert sorted(dict(h)["x-dlq-error"] for _v, _k, h in self.dead.published) == sorted(errors)
+        assert self.took_s < 20, self.took_s  # three tries each, 0.5 s and 1 s apart, 0.3 s timeouts
+        assert BreakerState.OPEN not in self.opened
+        assert len(self.healthy_s) > 10 and max(self.healthy_s) < 1.0, max(self.healthy_s)
+
+
+async def poisons_among_healthy(
+    db: Database,
     make_handler: HandlerFactory,
     llm: ScriptedLlm,
     client: tuple[LlmClient, CircuitBreaker],
     user_id: int,
     poisons: int,
-) -> None:
+) -> PoisonRun:
     """Poisons published together, a third timing out, a third answered without choices and a third
-    answered 408 at once, among a healthy event every 50 ms: each ends in the DLQ within seconds,
-    the breaker never opens, and no healthy event waits behind them."""
+    answered 408 at once, among a healthy event every 50 ms."""
     model, breaker = client
     opened: list[BreakerState] = []
     breaker._on_change = opened.append
     users = [user_id + 1 + n for n in range(poisons)]
     for user in [user_id, *users]:
-        await set_capture(mysql_db, user)
+        await set_capture(db, user)
     llm.script(f"ok{user_id}", [{"type": "user", "content": "其他会话照常记住"}])
     for n, user in enumerate(users):
         if n % 3 == 1:
@@ -244,7 +261,7 @@ async def test_poison_events_failing_together_are_each_dead_lettered_while_healt
         else:
             llm.script(f"bad{user}", delay_s=2.0)  # beyond the 0.3 s timeout, every time
     dead, metrics = RecordingDeadLetters(), Metrics()
-    processor = processor_of(mysql_db, make_handler, model, dead, metrics)
+    processor = processor_of(db, make_handler, model, dead, metrics)
     healthy_s: list[float] = []
 
     async def healthy_stream() -> None:
@@ -265,10 +282,19 @@ async def test_poison_events_failing_together_are_each_dead_lettered_while_healt
     took = time.monotonic() - started
     stream.cancel()
     await asyncio.gather(stream, return_exceptions=True)
+    return PoisonRun(dead, took, opened, healthy_s)
 
-    assert dead.reasons() == ["model_failed"] * poisons
-    errors = [b"error" if n % 3 == 1 else b"timeout" for n in range(poisons)]
-    assert sorted(dict(h)["x-dlq-error"] for _v, _k, h in dead.published) == sorted(errors)
-    assert took < 20, took  # three tries each, 0.5 s and 1 s apart (jittered), and a 0.3 s timeout
-    assert BreakerState.OPEN not in opened
-    assert len(healthy_s) > 10 and max(healthy_s) < 1.0, max(healthy_s)
+
+@pytest.mark.parametrize("poisons", [2, 6, 50])
+async def test_poison_events_failing_together_are_each_dead_lettered_while_healthy_events_flow(
+    mysql_db: Database,
+    make_handler: HandlerFactory,
+    llm: ScriptedLlm,
+    client: tuple[LlmClient, CircuitBreaker],
+    user_id: int,
+    poisons: int,
+) -> None:
+    """Each poison ends in the DLQ within seconds, the breaker never opens, and no healthy event
+    waits behind them."""
+    run = await poisons_among_healthy(mysql_db, make_handler, llm, client, user_id, poisons)
+    run.check(poisons)

@@ -297,7 +297,7 @@ class Deleted(CamelModel):
 
 
 class UserErased(CamelModel):
-    user_id: int
+    user_id: Id
     removed: dict[str, int] = Field(
         description="rows removed per table: history, memories, capturePreference, projects, ledger, "
         "userState; all 0 when nothing of the user was left"
