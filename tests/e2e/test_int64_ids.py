@@ -185,6 +185,8 @@ async def test_an_id_not_in_canonical_decimal_is_refused_in_paths_and_queries(
     for url in ("/api/v1/admin/memory", "/api/v1/admin/memory/extractions", "/api/v1/admin/memory/1/history"):
         refused(await http.get(url, params=query, headers=admin), "userId")
     refused(await http.get("/internal/v1/memory/injection", params=query, headers=internal), "userId")
+    erase = httpx.URL(f"/internal/v1/memory/users/{sent}").raw_path.decode()
+    refused(await http.delete(erase, headers=internal), "userId")
 
 
 @pytest.mark.parametrize("form", [int, str], ids=["number", "string"])

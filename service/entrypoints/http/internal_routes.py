@@ -11,7 +11,7 @@ from fastapi import APIRouter, Depends, Path, Query, Response
 from service.app.erasure import UserEraser
 from service.app.memories import MemoryService
 from service.config import Settings
-from service.core.events import BIGINT_MAX, BigintId
+from service.core.events import BigintId
 from service.entrypoints.http.api_models import InjectedMemory, Injection, UserErased
 from service.entrypoints.http.auth import internal_caller
 from service.entrypoints.http.envelope import Envelope, error_responses, ok
@@ -40,7 +40,7 @@ def internal_router(service: MemoryService, settings: Settings, eraser: UserEras
 
     @router.delete("/users/{userId}", response_model=Envelope[UserErased])
     async def erase_user(
-        user_id: Annotated[int, Path(alias="userId", ge=1, le=BIGINT_MAX)],
+        user_id: Annotated[BigintId, Path(alias="userId", description="user id")],
     ) -> dict[str, object]:
         """Erase everything the service keeps for the user; answers the rows removed per table.
         Idempotent: a second call answers zeros."""
