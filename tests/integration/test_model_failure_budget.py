@@ -79,8 +79,8 @@ async def test_an_event_the_model_always_times_out_on_is_dead_lettered_while_oth
     processor = processor_of(mysql_db, make_handler, model, dead, metrics)
     poison = event_payload(user_id, 1, lastUserMessage=said(f"slow{user_id}"))
 
-    async def healthy_stream() -> None:
-        for n in range(40):
+    async def healthy_stream() -> None:  # other sessions answered for as long as the poison is tried
+        for n in range(10_000):
             payload = event_payload(user_id, 100 + n, lastUserMessage=said(f"ok{user_id}"))
             await processor(received(record(payload, 100 + n)))
             await asyncio.sleep(0.05)
