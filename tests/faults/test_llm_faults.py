@@ -135,10 +135,23 @@ async def test_connection_refused_is_a_counted_failure(
     report.add("LLM connection refused", events=1, faults=3, rows_checked=1, note="event unfinished")
 
 
+async def test_an_answer_of_1_mb_is_an_oversize_failure_of_the_event(
+    mysql_db: Database, make_handler: HandlerFactory, llm: ScriptedLlm, user_id: int, report: Report
+) -> None:
+    """Over the answer bound (224 KiB for an extraction): never read whole, a failure of the event's
+    own kind (it counts against its budget), no ledger row."""
+    await set_capture(mysql_db, user_id)
+    llm.script(f"m{user_id}", "[" + "x" * (1024 * 1024) + "]")
+    with pytest.raises(ModelUnavailable) as failed:
+        await make_handler(mysql_db).handle(make_event(user_id, lastUserMessage=said(f"m{user_id}")))
+    assert failed.value.kind == "oversize" and not failed.value.timed_out
+    assert await items(mysql_db, user_id) == []
+    report.add("LLM answer of 1 MB", events=1, faults=1, rows_checked=1, note="oversize, event unfinished")
+
+
 @pytest.mark.parametrize(
     ("name", "rule"),
     [
-        ("answer of 1 MB", {"reply": "[" + "x" * (1024 * 1024) + "]"}),
         ("invalid JSON", {"reply": "[{'type': 'user'"}),
         ("JSON of the wrong shape", {"reply": {"facts": GOOD}}),
         ("more than 3 items", {"reply": GOOD * 4}),

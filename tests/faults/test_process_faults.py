@@ -385,7 +385,10 @@ async def test_a_thousand_concurrent_requests_on_one_pool(
     mariadb: MariaDbDatabase, broker: TansuBroker, llm: ScriptedLlm, user_id: int, report: Report
 ) -> None:
     topics = Topics()
-    api = worker(mariadb, broker, llm, topics, mode="api").start()
+    # One client address holding 250 connections, as a balancer in front of the API does (its cap
+    # per address is then the whole pool's).
+    api = worker(mariadb, broker, llm, topics, mode="api", MEMORY_HTTP_MAX_CONNECTIONS_PER_CLIENT="512")
+    api.start()
     try:
         headers = bearer(token(user_id, secret=JWT_SECRET))
         # 1,000 requests in flight at once from the client; the server sees them over 250 sockets
