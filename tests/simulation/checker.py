@@ -89,7 +89,10 @@ def replay(state: Replayed | None, entry: dict[str, Any]) -> Replayed:
     current = state or Replayed()
     at = entry["created_at"]
     action, old, new = entry["action"], entry["old_content"], entry["new_content"]
-    if action in {"delete", "drop"} or (action == "merge" and old is not None):
+    # A merged-away row's `merge` keeps its text, unless a user's delete of what it went into erased
+    # the words since (`content_erased_at`); the survivor's own `merge` has none.
+    merged_away = action == "merge" and (old is not None or entry.get("content_erased_at") is not None)
+    if action in {"delete", "drop"} or merged_away:
         return replace(current, deleted=True)
     if action in {"insert", "create"} or (action == "merge" and old is None):
         source = {"insert": "AUTO", "create": "MANUAL", "merge": "CONSOLIDATED"}[action]
