@@ -9,11 +9,12 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from service.core.extraction_answer import ParsedAnswer, parse_extraction_answer
 from service.core.model import MACHINE_SOURCES, MAX_ACTIVE_PER_USER, Action, Group, Scope, Source
+from service.core.model_quality import HORIZONS_DAYS, WINDOW, Rejection
 from service.core.normalize import identity
 from service.core.persist_plan import candidate_group
 from tests.simulation.model import fact_of
@@ -285,3 +286,85 @@ def check_after_retention(
         if folded[m] != touches_seen[m]
     ]
     return problems
+
+
+@dataclass(frozen=True)
+class Made:
+    """A row that appeared at an extraction step, while `model` was the configured extraction model."""
+
+    id: int
+    model: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class UserRejection:
+    """A dismiss, delete or edit the simulated user made through the HTTP API (answered 200)."""
+
+    id: int
+    kind: Rejection
+    at: datetime
+
+
+# Per model: "created", "reconfirmed", "touches", and per horizon "cohort 7d", "dismissed 7d", ...
+QualityFigures = dict[str, dict[str, int]]
+
+
+def expected_quality(
+    made: list[Made], rejections: list[UserRejection], touches: Counter[int], now: datetime
+) -> QualityFigures:
+    """Each extraction model's production-quality figures (`core.model_quality`'s rules) as the
+    driver's own log gives them: the rows it saw appear at extraction steps, the user's actions it
+    made, and the touches the watch read step by step before retention folded any."""
+    first: dict[int, UserRejection] = {}
+    for rejection in sorted(rejections, key=lambda r: r.at):
+        first.setdefault(rejection.id, rejection)
+    tallies: dict[str, Counter[str]] = {}
+    for row in made:
+        if row.at < now - WINDOW:
+            continue
+        counts = tallies.setdefault(row.model, Counter())
+        counts["created"] += 1
+        counts["reconfirmed"] += int(touches[row.id] > 0)
+        counts["touches"] += touches[row.id]
+        rejected = first.get(row.id)
+        for days in HORIZONS_DAYS:
+            if row.at > now - timedelta(days=days):
+                continue  # too young for this horizon's cohort
+            counts[f"cohort {days}d"] += 1
+            if rejected is not None and rejected.at - row.at <= timedelta(days=days):
+                counts[f"{rejected.kind.label} {days}d"] += 1
+    return {model: _complete(counts) for model, counts in tallies.items()}
+
+
+def reported_quality(models: list[dict[str, Any]]) -> QualityFigures:
+    """The counts of `GET /api/v1/admin/memory/quality`'s `models`, keyed as `expected_quality`'s."""
+    figures: QualityFigures = {}
+    for m in models:
+        counts = {"created": m["created"], "reconfirmed": m["reconfirmed"], "touches": m["touches"]}
+        for h in m["within"]:
+            counts[f"cohort {h['days']}d"] = h["cohort"]
+            counts |= {f"{kind.label} {h['days']}d": h["rejected"][kind.label] for kind in Rejection}
+        figures[m["model"]] = counts
+    return figures
+
+
+def quality_differences(reported: QualityFigures, expected: QualityFigures) -> list[str]:
+    """Each figure where two readings of the models' quality disagree; empty when they agree."""
+    problems = []
+    for model in sorted(reported.keys() | expected.keys()):
+        said, known = reported.get(model, {}), expected.get(model, {})
+        problems += [
+            f"{model} {key}: {said.get(key)} reported, {known.get(key)} expected"
+            for key in sorted(said.keys() | known.keys())
+            if said.get(key) != known.get(key)
+        ]
+    return problems
+
+
+def _complete(counts: Counter[str]) -> dict[str, int]:
+    """Every key, zeros included, as the endpoint names them all."""
+    keys = ["created", "reconfirmed", "touches"] + [
+        f"{name} {days}d" for days in HORIZONS_DAYS for name in ["cohort", *(k.label for k in Rejection)]
+    ]
+    return {key: counts[key] for key in keys}

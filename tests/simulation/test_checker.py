@@ -14,16 +14,22 @@ from service.core import normalize
 from service.core.consolidation import ConsolidationPlan, Merge
 from service.core.consolidation_ops import GroupState, MergeAway, decide
 from service.core.model import Group, MemoryRow, Scope, Source, Status
+from service.core.model_quality import Rejection
 from service.core.normalize import dedup_hash
 from tests.simulation.checker import (
     Actor,
+    Made,
     Offered,
     Replayed,
     Row,
+    UserRejection,
     Violation,
     check_after_retention,
     check_step,
+    expected_quality,
     lost_facts,
+    quality_differences,
+    reported_quality,
 )
 from tests.simulation.conftest import Simulate
 from tests.simulation.model import wording
@@ -288,3 +294,49 @@ def test_a_merge_onto_a_row_with_an_invisible_character_keeps_the_fact() -> None
     before = {i: row(i, t) for i, t in texts.items()}
     assert lost_facts(before, {3: before[3]}, frozenset()) == []
     assert lost_facts(before, {1: before[1]}, frozenset()) == []
+
+
+def test_the_quality_ground_truth_counts_each_memory_s_first_rejection_by_its_horizon() -> None:
+    now, day = T0 + timedelta(days=200), timedelta(days=1)
+    made = [
+        Made(1, "a", now - 40 * day),  # dismissed on day 3, deleted on day 5: a dismissal
+        Made(2, "a", now - 40 * day),  # edited on day 10: within 30 days only
+        Made(3, "a", now - 40 * day),  # deleted on day 31: within no horizon
+        Made(4, "a", now - 10 * day),  # deleted on day 2, too young for the 30-day cohort
+        Made(5, "a", now - 91 * day),  # before the window
+        Made(6, "a", now - 2 * day),  # too young for any cohort
+        Made(7, "b", now - 8 * day),
+    ]
+    rejections = [
+        UserRejection(1, Rejection.DISMISSED, now - 37 * day),
+        UserRejection(1, Rejection.DELETED, now - 35 * day),
+        UserRejection(2, Rejection.EDITED, now - 30 * day),
+        UserRejection(3, Rejection.DELETED, now - 9 * day),
+        UserRejection(4, Rejection.DELETED, now - 8 * day),
+        UserRejection(5, Rejection.DELETED, now - 89 * day),
+        UserRejection(99, Rejection.DISMISSED, now - 5 * day),  # a row no extraction made
+    ]
+    figures = expected_quality(made, rejections, Counter({7: 3, 2: 1}), now)
+    zero = dict.fromkeys(["dismissed", "deleted", "edited"], 0)
+    a, b = figures["a"], figures["b"]
+    assert (a["created"], a["cohort 7d"], a["cohort 30d"]) == (5, 4, 3)
+    assert {k: a[f"{k} 7d"] for k in zero} == zero | {"dismissed": 1, "deleted": 1}
+    assert {k: a[f"{k} 30d"] for k in zero} == zero | {"dismissed": 1, "edited": 1}
+    assert (a["reconfirmed"], a["touches"], b["reconfirmed"], b["touches"]) == (1, 1, 1, 3)
+    assert (b["created"], b["cohort 7d"], b["cohort 30d"]) == (1, 1, 0)
+
+
+def test_the_endpoint_s_answer_is_compared_figure_by_figure() -> None:
+    within = [
+        {"days": d, "cohort": 4, "rejected": {"dismissed": 1, "deleted": 0, "edited": d // 30, "total": 0}}
+        for d in (7, 30)
+    ]
+    answer = [{"model": "a", "created": 5, "reconfirmed": 1, "touches": 1, "within": within}]
+    reported = reported_quality(answer)
+    assert reported["a"]["edited 30d"] == 1 and reported["a"]["edited 7d"] == 0
+    expected = {"a": reported["a"] | {"deleted 30d": 2}, "b": {"created": 1}}
+    assert quality_differences(reported, expected) == [
+        "a deleted 30d: 0 reported, 2 expected",
+        "b created: None reported, 1 expected",
+    ]
+    assert quality_differences(reported, reported) == []
