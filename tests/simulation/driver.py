@@ -3,7 +3,8 @@
 The handler, the consolidator and the HTTP API run as in production, over a real database and the
 real litellm path to a scripted OpenAI-compatible server whose answers come from `SimModel`. Time
 comes from a hand-moved clock. Users run side by side, one step each per round; after every step
-the pool is checked (`PoolWatch`).
+the pool is checked (`PoolWatch`). Two months before the year's end an admin switches the extraction
+model (D10), and at the end the admin reads each model's quality figures.
 """
 
 from __future__ import annotations
@@ -29,8 +30,10 @@ from service.app.retention import Horizons, RetentionJob
 from service.core.consolidation import RunResult
 from service.core.events import TaskFinishedEvent
 from service.core.model import USER_GROUP, Group, Scope
+from service.core.model_quality import Rejection
 from service.core.outcomes import Outcome
-from tests.simulation.checker import Offered, Row, fact_key, identity_key
+from service.entrypoints.tokens import ADMIN_PERMISSION, READ_PERMISSION
+from tests.simulation.checker import Made, Offered, Row, UserRejection, fact_key, identity_key
 from tests.simulation.model import STYLES, conversation, wording
 from tests.simulation.prompts import PromptFigure, PromptFigures
 from tests.simulation.watch import PoolWatch
@@ -45,6 +48,12 @@ PROJECTS = [None, "alpha", "beta"]
 FACTS = 400  # what a user has to say over a year; more than 200 fit, so the cap is reached
 NEW_SESSION = 0.5  # an event starts a new session, or is a later turn of the last one
 IN_FLIGHT_DELETE = 0.3  # a consolidation call during which the user deletes a row it was shown
+# The scripted model answers whatever model is named, and the prompt names none, so the switch
+# changes no answer. Made in the eleventh month, it leaves both models in the quality figures' last
+# 90 days at the year's end, each with about 30 days of memories old enough for the 30-day share.
+SWITCH_MONTH = 10
+SECOND_MODEL = "openai/gpt-4o"
+ADMIN_ID = 1
 
 
 @dataclass
@@ -63,6 +72,14 @@ class Tally:
     # Per month: each extraction prompt's tokens, and its share repeating the user's previous prompt.
     prompt_tokens_by_month: dict[int, list[int]] = field(default_factory=dict)
     prefix_share_by_month: dict[int, list[float]] = field(default_factory=dict)
+    # The extraction models in turn, each with the time it took over; the rows each one's
+    # extractions made, the user's rejections, and the touches the watch saw: the quality's ground
+    # truth. `quality`: what the admin endpoint answered at the end.
+    models: list[tuple[str, datetime]] = field(default_factory=list)
+    made: list[Made] = field(default_factory=list)
+    rejections: list[UserRejection] = field(default_factory=list)
+    touches: Counter[int] = field(default_factory=Counter)
+    quality: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -165,6 +182,7 @@ class Simulation:
                 "/api/v1/memory/settings", json={"autoCaptureEnabled": True}, headers=self._auth(user)
             )
             assert response.status_code == 200, response.text
+        await self._set_model(None)
         month = 0
         for step in range(self.events):
             await asyncio.gather(*(self._step(user, step) for user in self.users))
@@ -172,11 +190,27 @@ class Simulation:
             if (now_month := int((self.clock.now() - START) / YEAR * 12)) != month:
                 month = now_month
                 await self._retention()
+                if month >= SWITCH_MONTH and len(self.tally.models) == 1:
+                    await self._set_model(SECOND_MODEL)
         for user in self.users:
             self.tally.duplicates += _duplicates(await user.watch.step("user", full=True))
             self.tally.facts_checked += user.watch.facts_checked
             self.tally.facts_lost += user.watch.facts_lost
+            self.tally.touches.update(user.watch.touches)
+        response = await self.http.get("/api/v1/admin/memory/quality", headers=self._admin())
+        assert response.status_code == 200, response.text
+        self.tally.quality = response.json()["data"]
         return self.tally
+
+    async def _set_model(self, model: str | None) -> None:
+        """As an admin would (D10); None reads the model in use without changing it."""
+        if model is None:
+            response = await self.http.get("/api/v1/admin/memory/settings", headers=self._admin())
+        else:
+            body = {"extractionModelId": model, "probe": False}
+            response = await self.http.put("/api/v1/admin/memory/settings", json=body, headers=self._admin())
+        assert response.status_code == 200, response.text
+        self.tally.models.append((response.json()["data"]["effectiveModel"], self.clock.now()))
 
     async def _step(self, user: SimUser, step: int) -> None:
         CURRENT_USER.set(user.user_id)  # each user's step runs in its own task and context
@@ -191,7 +225,10 @@ class Simulation:
         offered = (
             Offered(answered, project_key) if answered is not None and outcome is Outcome.EXTRACTED else None
         )
-        await user.watch.step("extraction", offered)
+        known = set(user.watch.rows)
+        after = await user.watch.step("extraction", offered)
+        model = self.tally.models[-1][0]
+        self.tally.made += [Made(i, model, self.clock.now()) for i in sorted(after.keys() - known)]
         if extracted is not None:
             results = await self.consolidator.run(extracted)
             self.tally.consolidations.update(r.value for r in results)
@@ -240,6 +277,7 @@ class Simulation:
         response = await self.http.delete(f"/api/v1/memory/{target.id}", headers=self._auth(user))
         assert response.status_code == 200, response.text
         user.deleted_meanwhile.add(target.id)
+        self.tally.rejections.append(UserRejection(target.id, Rejection.DELETED, self.clock.now()))
         self.tally.user_ops["delete while consolidating 200"] += 1
 
     def _event(self, user: SimUser) -> tuple[TaskFinishedEvent, str | None]:
@@ -273,11 +311,13 @@ class Simulation:
         active = [r for r in rows if r.active]
         dismissed = [r for r in rows if not r.active]
         roll = rng.random()
+        target: Row | None = None
         if roll < 0.25 and active:
             target = rng.choice(active)
             kind, response = "edit", await self._patch(user, target, {"content": target.content + "(我改过)"})
         elif roll < 0.5 and active:
-            kind, response = "dismiss", await self._patch(user, rng.choice(active), {"status": "DISMISSED"})
+            target = rng.choice(active)
+            kind, response = "dismiss", await self._patch(user, target, {"status": "DISMISSED"})
         elif roll < 0.6 and dismissed:
             kind, response = "restore", await self._patch(user, rng.choice(dismissed), {"status": "ACTIVE"})
         elif roll < 0.8 and rows:
@@ -293,6 +333,8 @@ class Simulation:
             )
         assert response.status_code in {200, 201, 409}, response.text
         self.tally.user_ops[f"{kind} {response.status_code}"] += 1
+        if target is not None and response.status_code == 200:
+            self.tally.rejections.append(UserRejection(target.id, Rejection(kind), self.clock.now()))
 
     async def _patch(self, user: SimUser, row: Row, body: dict[str, Any]) -> httpx.Response:
         return await self.http.patch(f"/api/v1/memory/{row.id}", json=body, headers=self._auth(user))
@@ -300,6 +342,10 @@ class Simulation:
     @staticmethod
     def _auth(user: SimUser) -> dict[str, str]:
         return bearer(token(user.user_id))
+
+    @staticmethod
+    def _admin() -> dict[str, str]:
+        return bearer(token(ADMIN_ID, [READ_PERMISSION, ADMIN_PERMISSION]))
 
 
 def _group_of(name: str) -> Group:

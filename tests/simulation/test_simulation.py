@@ -9,14 +9,22 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from service.adapters.llm_client import import_litellm
+from tests.simulation.checker import (
+    QualityFigures,
+    expected_quality,
+    quality_differences,
+    reported_quality,
+)
 from tests.simulation.conftest import EVENTS, MODEL, USERS, Stack
-from tests.simulation.driver import Tally
+from tests.simulation.driver import SECOND_MODEL, START, Tally
 
 OUTPUT = Path("tests/output")
 RESULTS: dict[str, dict[str, Any]] = {}
@@ -36,8 +44,40 @@ async def test_a_simulated_year_keeps_every_invariant(
     assert tally.facts_lost == 0
     assert tally.steps_checked == USERS * EVENTS
     assert tally.outcomes["extracted"] > EVENTS * USERS * 0.8
+    await _check_quality(tally, stack)
     dialect = request.node.callspec.params["stack"]
     RESULTS[dialect] = _summary(tally, stack, time.perf_counter() - started)
+
+
+async def _check_quality(tally: Tally, stack: Stack) -> None:
+    """The admin endpoint's figures at the year's end are what the driver's own log gives, for both
+    models (the switch leaves each in the last 90 days), and the gauges say the same after a refresh."""
+    assert [model for model, _ in tally.models] == [MODEL, SECOND_MODEL]
+    reported = reported_quality(tally.quality["models"])
+    assert set(reported) == {MODEL, SECOND_MODEL}
+    expected = expected_quality(tally.made, tally.rejections, tally.touches, stack.clock.now())
+    assert quality_differences(reported, expected) == []
+    assert stack.service.quality is not None
+    await stack.service.quality.refresh()
+    assert quality_differences(_gauged_quality(stack.service.metrics.registry), reported) == []
+
+
+def _gauged_quality(registry: CollectorRegistry) -> QualityFigures:
+    """The model-quality gauges' samples, keyed as `reported_quality`'s figures."""
+    key = {
+        "mao_memory_model_memories_created": lambda labels: "created",
+        "mao_memory_model_memories_reconfirmed": lambda labels: "reconfirmed",
+        "mao_memory_model_memory_touches": lambda labels: "touches",
+        "mao_memory_model_memories_cohort": lambda labels: f"cohort {labels['within']}",
+        "mao_memory_model_memories_rejected": lambda labels: f"{labels['kind']} {labels['within']}",
+    }
+    figures: QualityFigures = {}
+    for metric in registry.collect():
+        for sample in metric.samples:
+            if sample.name in key:
+                name = key[sample.name](sample.labels)
+                figures.setdefault(sample.labels["model"], {})[name] = int(sample.value)
+    return figures
 
 
 def _summary(tally: Tally, stack: Stack, elapsed: float) -> dict[str, Any]:
@@ -93,6 +133,11 @@ def _summary(tally: Tally, stack: Stack, elapsed: float) -> dict[str, Any]:
         "prefix_share": _mean([s for v in tally.prefix_share_by_month.values() for s in v]),
         "skipped_budget": tally.outcomes["skipped_budget"],
         "largest_prompt_shown": f"{min(shown)}-{max(shown)}" if shown else None,
+        "extraction_models": [
+            {"model": model, "from_day": round((since - START) / timedelta(days=1), 1)}
+            for model, since in tally.models
+        ],
+        "model_quality": tally.quality,
     }
 
 
