@@ -87,6 +87,7 @@ def _report(results: dict[str, dict[str, Any]]) -> str:
             + " |"
         )
     lines += _prompt_months(results)
+    lines += _model_quality(results)
     return "\n".join(lines) + "\n"
 
 
@@ -108,6 +109,48 @@ def _prompt_months(results: dict[str, dict[str, Any]]) -> list[str]:
         ]
         lines.append(f"| {int(month) + 1} | " + " | ".join(cells) + " |")
     return lines
+
+
+def _model_quality(results: dict[str, dict[str, Any]]) -> list[str]:
+    """Each extraction model's production-quality figures as the admin endpoint gave them at the end."""
+    if not any(r.get("model_quality") for r in results.values()):
+        return []
+    switches = "; ".join(
+        f"{dialect}: "
+        + ", then ".join(f"{m['model']} from day {m['from_day']:g}" for m in r["extraction_models"])
+        for dialect, r in results.items()
+        if r.get("extraction_models")
+    )
+    lines = [
+        "",
+        "Extraction quality per model at the year's end, as `GET /api/v1/admin/memory/quality` "
+        "answered (memories the model's extractions inserted in the last 90 days), checked equal to "
+        "the gauges after a refresh and to the driver's own log of the rows each model's extractions "
+        "made, the user's dismissals, deletes and edits of them, and the touches read after every step. "
+        f"The admin switched the extraction model (D10) in the eleventh month ({switches}); the scripted "
+        "model answers the same whatever it is called, so their rejection shares differ by chance alone. "
+        "A rejection is the user's first dismiss, delete or edit of the memory within 7 or 30 days of "
+        "its insert, out of the memories at least that old (the cohort). Re-confirmed (touched by a "
+        "later extraction) has no horizon: the first model's memories, all older, had longer to be touched.",
+        "",
+        "| dialect | model | created | 7 days: cohort | dismissed / deleted / edited (share) "
+        "| 30 days: cohort | dismissed / deleted / edited (share) | re-confirmed (share) | touches |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for dialect, r in results.items():
+        for m in r.get("model_quality", {}).get("models", []):
+            cells = [dialect, m["model"], str(m["created"])]
+            for h in m["within"]:
+                rejected = h["rejected"]
+                counts = f"{rejected['dismissed']} / {rejected['deleted']} / {rejected['edited']}"
+                cells += [str(h["cohort"]), f"{counts} ({_share(h['rejectedRate'])})"]
+            cells += [f"{m['reconfirmed']} ({_share(m['reconfirmedRate'])})", str(m["touches"])]
+            lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _share(rate: float | None) -> str:
+    return "-" if rate is None else f"{rate:.1%}"
 
 
 def main() -> None:
