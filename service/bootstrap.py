@@ -270,8 +270,9 @@ async def run_eval(
 
 def _eval_target(settings: Settings, model: str, index: int, db: Database) -> EvalTarget:
     """A model's handler as production builds it, with the model as its default (no D10 setting
-    in the throwaway database) and its own client and metrics, so tokens and cost are its alone."""
-    settings = settings.model_copy(update={"default_model": model})
+    in the throwaway database) and its own client and metrics, so tokens and cost are its alone;
+    every prompt laid out afresh, so a case's prompt is the same however the cases run."""
+    settings = settings.model_copy(update={"default_model": model, "llm_prompt_layouts": 0})
     metrics = Metrics()
     client = build_llm(settings, metrics)
     llm = TimedLlm(client)

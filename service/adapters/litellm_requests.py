@@ -26,12 +26,15 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from service.core.extraction_prompt import CHANGES
 from service.core.prompt_blocks import BLOCK_BREAK
 
 # Providers that cache a prompt prefix only where the request marks it (`cache_control`); OpenAI and
 # the OpenAI-compatible servers cache the longest prefix on their own.
 MARKED_CACHE_PROVIDERS = frozenset({"anthropic"})
 _EPHEMERAL = {"type": "ephemeral"}
+# Where an extraction's log of changes starts (`core/prompt_layout.py`): no content holds a line break.
+_LOG = BLOCK_BREAK + CHANGES + "\n"
 # Providers whose chat requests litellm sends through the OpenAI SDK as this module builds them.
 FAST_PROVIDERS = frozenset({"openai"})
 OPENAI_DEFAULT_BASE = "https://api.openai.com/v1"
@@ -125,26 +128,32 @@ class BodyTemplate:
 
 
 def cache_marked(messages: list[dict[str, str]]) -> list[dict[str, Any]]:
-    """The messages with their stable prefix marked for the provider's prompt cache: the system
-    rules, and the user message up to its last block (an extraction's conversation; the memories
-    before it stay the same between a user's calls). Two of the four marks Anthropic takes: a prefix
-    shorter than the model's minimum is simply not cached."""
+    """The messages with their stable prefixes marked for the provider's prompt cache: the system
+    rules, and in the last user message the end of its first block (an extraction's USER memories,
+    which a user's projects share while no USER row is added), the end of the blocks before a log of
+    changes (frozen while the log grows) and the end of the blocks before the last (an extraction's
+    conversation). Anthropic writes a prefix at each mark and reads the longest one written before
+    at a part's end, so a call that only appended to the log reads the frozen blocks. At most the
+    four marks Anthropic takes; a prefix shorter than the model's minimum is simply not cached."""
     marked: list[dict[str, Any]] = []
     for i, message in enumerate(messages):
-        text, last = message["content"], i == len(messages) - 1
-        cut = text.rfind(BLOCK_BREAK) if last and message["role"] == "user" else -1
+        text = message["content"]
+        last = text.rfind(BLOCK_BREAK) if i == len(messages) - 1 and message["role"] == "user" else -1
         if message["role"] == "system":
-            parts = [{"type": "text", "text": text, "cache_control": _EPHEMERAL}]
-        elif cut > 0:
-            parts = [
-                {"type": "text", "text": text[:cut], "cache_control": _EPHEMERAL},
-                {"type": "text", "text": text[cut:]},
-            ]
+            marked.append({"role": "system", "content": [_marked(text)]})
+        elif last > 0:
+            cuts = sorted({text.find(BLOCK_BREAK), text.find(_LOG), last} - {-1, 0})
+            parts = [text[start:end] for start, end in zip([0, *cuts], [*cuts, len(text)], strict=True)]
+            marked.append(
+                {"role": "user", "content": [*map(_marked, parts[:-1]), {"type": "text", "text": parts[-1]}]}
+            )
         else:
             marked.append(dict(message))
-            continue
-        marked.append({"role": message["role"], "content": parts})
     return marked
+
+
+def _marked(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": text, "cache_control": _EPHEMERAL}
 
 
 def model_params(

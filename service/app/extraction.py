@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -23,7 +23,7 @@ from service.core.budget import ExtractionBudget
 from service.core.comparison_set import ComparisonSet
 from service.core.events import TaskFinishedEvent
 from service.core.extraction_answer import AnswerError, ParsedAnswer, parse_extraction_answer
-from service.core.extraction_prompt import ANSWER_SCHEMA, build_extraction_messages
+from service.core.extraction_prompt import ANSWER_SCHEMA, extraction_messages
 from service.core.filters import Skip, input_skip, trigger_skip
 from service.core.labels import LlmPurpose, LlmResult
 from service.core.model import DismissedBy, Source, Status
@@ -40,6 +40,7 @@ from service.core.persist_plan import (
     decide,
 )
 from service.core.pool_read import pool_query
+from service.core.prompt_layout import PromptLayouts
 from service.core.records import HistoryAction, HistoryActor, HistoryEntry
 
 log = structlog.get_logger(__name__)
@@ -130,6 +131,7 @@ class ExtractionHandler:
         self._shape = AnswerShape("memories", ANSWER_SCHEMA, settings.llm_max_tokens)
         self._budget = ExtractionBudget(settings.extractions_per_user_per_day)
         self._turns = UserTurns()
+        self._layouts = PromptLayouts(settings.llm_prompt_layouts)
         # Per user with an event waiting for the budget to settle: set when an extraction finishes.
         self._finished: dict[int, asyncio.Event] = {}
 
@@ -231,15 +233,16 @@ class ExtractionHandler:
         """The model call and the writes of an event the budget admitted; the flag: whether this
         call committed the event's ledger row."""
         model = read.configured_model or self._settings.default_model
-        existing = ComparisonSet.of(read.shown, read.user_dismissed)
+        laid = self._layouts.build(event.user_id, project_key, read.shown, read.user_dismissed)
+        existing = laid.existing
 
         # One decision for the prompt and the request: the mode may be restored while the call waits.
         mode = self._llm.mode(model)
-        messages = build_extraction_messages(
+        messages = extraction_messages(
             event.last_user_message or "",
             event.last_assistant_message or "",
             project_key,
-            existing,
+            laid.memories,
             mode is not StructuredOutput.OFF,
             self._settings.llm_conversation_tokens,
         )
@@ -258,7 +261,7 @@ class ExtractionHandler:
                     overtaken=exc.overtaken,
                     timed_out=exc.kind == "timeout" and exc.status is None,
                 ) from exc
-            await self._count_rejection(model, exc, _private(event, existing))
+            await self._count_rejection(model, exc, _private(event, laid.memories))
             raise ModelRejected(exc.detail, exc.safe) from exc
 
         usable, result = _read_answer(answer)
@@ -411,10 +414,13 @@ class ExtractionHandler:
             await uow.memories.record(user, row_id, entry, now)
 
 
-def _private(event: TaskFinishedEvent, existing: ComparisonSet) -> list[str]:
-    """The user's texts an extraction request carries: the conversation and the memories shown."""
+def _private(event: TaskFinishedEvent, memories: Sequence[str]) -> list[str]:
+    """The user's texts an extraction request carries: the conversation and every memory its blocks
+    list (a held layout's blocks still list rows that have since left), the text after a line's last
+    tab."""
     said = [event.last_user_message or "", event.last_assistant_message or ""]
-    return [*said, *(content for *_, content in existing.shown), *existing.dismissed]
+    listed = [line.rpartition("\t")[2] for b in memories for line in b.split("\n") if "\t" in line]
+    return [*said, *listed]
 
 
 def _read_answer(answer: LlmAnswer) -> tuple[ParsedAnswer | None, LlmResult]:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from service.core.model import Group, MemoryRow, Scope, session_groups
 
@@ -15,29 +15,45 @@ Shown = tuple[int, str, str, str]
 
 @dataclass(frozen=True, slots=True)
 class ComparisonSet:
-    """What the model may reference (`shown`; alias n is `shown[n - 1]`) and what it must not
-    re-extract (`dismissed`, newest first).
+    """What the model may reference (`aliases`: each row under the alias the prompt shows it with)
+    and what it must not re-extract (`dismissed`, newest first).
 
-    Aliases are small integers assigned per call, so a real row id never reaches the prompt and an
-    id the model invents cannot name another user's row.
+    Aliases are small integers assigned per prompt layout, so a real row id never reaches the prompt
+    and an id the model invents cannot name another user's row. A fresh layout numbers the rows
+    1..n (`of`); a layout held between calls (`core/prompt_layout.py`) keeps a row's alias while it
+    stays and never hands a left row's alias to another.
     """
 
-    shown: Sequence[Shown] = ()
+    aliases: Mapping[int, Shown] = field(default_factory=dict)
     dismissed: Sequence[str] = ()
 
     @classmethod
     def of(cls, rows: Iterable[Shown], dismissed: Sequence[str]) -> ComparisonSet:
-        """Aliases in a stable order: the USER group first, each group in id order. A touch reorders
-        nothing and a new row comes last in its group, so consecutive prompts of a user share their
-        longest prefix (what a provider's prompt cache reuses), the USER part across projects."""
-        return cls(sorted(rows, key=lambda r: (r[1] != Scope.USER, r[0])), dismissed)
+        """Aliases 1..n in a stable order: the USER group first, each group in id order. A touch
+        reorders nothing and a new row comes last in its group, so consecutive prompts of a user
+        share their longest prefix (what a provider's prompt cache reuses), the USER part across
+        projects."""
+        return cls(dict(enumerate(in_layout_order(rows), start=1)), dismissed)
+
+    @property
+    def shown(self) -> list[Shown]:
+        """The rows the model may reference, in alias order."""
+        return list(self.aliases.values())
 
     def resolve(self, alias: object) -> tuple[int, Group] | None:
         """The row id and group an alias of this call stands for; None for anything else."""
-        if not isinstance(alias, int) or isinstance(alias, bool) or not 0 < alias <= len(self.shown):
+        if not isinstance(alias, int) or isinstance(alias, bool):
             return None
-        row_id, scope, project_key, _ = self.shown[alias - 1]
+        shown = self.aliases.get(alias)
+        if shown is None:
+            return None
+        row_id, scope, project_key, _ = shown
         return row_id, Group(Scope(scope), project_key)
+
+
+def in_layout_order(rows: Iterable[Shown]) -> list[Shown]:
+    """The USER group first, each group in id order."""
+    return sorted(rows, key=lambda r: (r[1] != Scope.USER, r[0]))
 
 
 EMPTY = ComparisonSet()

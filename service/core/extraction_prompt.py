@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import cache
 
 from service.core.comparison_set import ComparisonSet
@@ -14,6 +15,10 @@ DISMISSED = "Dismissed:"
 DISMISSED_MARK = "-"
 USER_ROWS = "User memories:"
 PROJECT_ROWS = "Project memories:"
+# What changed since the blocks above were listed, in a prompt laid out by `core/prompt_layout.py`.
+CHANGES = "Changes:"
+# A row's type on a line of the changes, as the answer names it.
+ROW_TYPES = {Scope.USER.value: "user", Scope.PROJECT.value: "project"}
 CONVERSATION = "Conversation:"
 # The user's message and the assistant's reply together, in estimated tokens (MEMORY_LLM_CONVERSATION_TOKENS).
 CONVERSATION_TOKENS = 4000
@@ -29,6 +34,9 @@ Rules:
   left out. "{DISMISSED}" lists facts the user rejected, one per line as "-", a tab and the fact: never
   extract those facts again, in any wording. "{USER_ROWS}" and "{PROJECT_ROWS}" list the memories
   already stored, one per line as an id, a tab and the content; a memory keeps the type of its block.
+  "{CHANGES}" updates the blocks above it, a later line about an id replacing an earlier one: an id, a
+  tab, the type, a tab and the content is a new or reworded memory; an id alone is no longer stored
+  and must not be referenced; "-", a tab and a fact is a new dismissal.
   "{CONVERSATION}" holds the turn as a JSON object: the current project, the user's message and the
   assistant's reply.
 - For every fact choose an action: "insert" for a new fact (no existingId); "touch" when the fact is
@@ -93,6 +101,7 @@ def system_prompt(wrapped: bool) -> str:
         DISMISSED=DISMISSED,
         USER_ROWS=USER_ROWS,
         PROJECT_ROWS=PROJECT_ROWS,
+        CHANGES=CHANGES,
         CONVERSATION=CONVERSATION,
         CHANGED_RULE=CHANGED_RULE,
         SPEAKER_RULE=SPEAKER_RULE,
@@ -108,27 +117,53 @@ def build_extraction_messages(
     wrapped: bool = False,
     conversation_tokens: int = CONVERSATION_TOKENS,
 ) -> list[dict[str, str]]:
+    """The prompt of a comparison set laid out afresh (`memory_blocks`), as the first call of a
+    user, and every call of `mao-memory eval`, sends it."""
+    return extraction_messages(
+        user_message, assistant_message, project_key, memory_blocks(existing), wrapped, conversation_tokens
+    )
+
+
+def extraction_messages(
+    user_message: str,
+    assistant_message: str,
+    project_key: str | None,
+    memories: Sequence[str],
+    wrapped: bool = False,
+    conversation_tokens: int = CONVERSATION_TOKENS,
+) -> list[dict[str, str]]:
     """System rules plus one user message, what changes least first so that a provider's prompt
-    cache can serve the prefix: the stored memories in id order (a touch moves nothing, a new row
-    comes last in its group), the USER group first (the same in every project); then the negative
-    list, which differs between a user's projects, oldest first so that a dismissal extends it; the
-    conversation, cut to `conversation_tokens`, last."""
-    user_rows: list[tuple[int, str]] = []
-    project_rows: list[tuple[int, str]] = []
-    for alias, (_, scope, _, content) in enumerate(existing.shown, start=1):
-        (user_rows if scope == Scope.USER else project_rows).append((alias, content))
-    dismissed = [line for line in map(one_line, reversed(existing.dismissed)) if line]
-    blocks = []
-    if user_rows:
-        blocks.append(rows_block(USER_ROWS, user_rows))
-    if project_rows:
-        blocks.append(rows_block(PROJECT_ROWS, project_rows))
-    if dismissed:
-        blocks.append(rows_block(DISMISSED, ((DISMISSED_MARK, line) for line in dismissed)))
+    cache can serve the prefix: the `memories` blocks, then the conversation, cut to
+    `conversation_tokens`, last."""
     user, assistant = bound_turn(user_message, assistant_message, conversation_tokens)
     turn = {"project": project_key, "user": user, "assistant": assistant}
-    blocks.append(block(CONVERSATION, [json_line(turn)]))
     return [
         {"role": "system", "content": system_prompt(wrapped)},
-        {"role": "user", "content": BLOCK_BREAK.join(blocks)},
+        {"role": "user", "content": BLOCK_BREAK.join([*memories, block(CONVERSATION, [json_line(turn)])])},
     ]
+
+
+def memory_blocks(existing: ComparisonSet) -> list[str]:
+    """The stored memories in alias order, the USER group first (the same in every project: a
+    touch moves nothing, a new row comes last in its group); then the negative list, which differs
+    between a user's projects, oldest first so that a dismissal extends it."""
+    user_rows: list[tuple[int, str]] = []
+    project_rows: list[tuple[int, str]] = []
+    for alias, (_, scope, _, content) in existing.aliases.items():
+        (user_rows if scope == Scope.USER else project_rows).append((alias, content))
+    return [
+        *listed(USER_ROWS, user_rows),
+        *listed(PROJECT_ROWS, project_rows),
+        *listed(DISMISSED, [(DISMISSED_MARK, line) for line in dismissed_lines(existing.dismissed)]),
+    ]
+
+
+def listed(heading: str, rows: Sequence[tuple[int | str, str]]) -> list[str]:
+    """A block of rows, none when there are no rows: an empty block is left out."""
+    return [rows_block(heading, rows)] if rows else []
+
+
+def dismissed_lines(dismissed: Sequence[str]) -> list[str]:
+    """The negative list (given newest first) as its lines show it: oldest first, each on one line,
+    none empty."""
+    return [line for line in map(one_line, reversed(dismissed)) if line]

@@ -404,6 +404,31 @@ async def test_prompt_shows_aliases_of_auto_rows_and_dismissed_contents_only(
     assert "手写事实" not in call.text and "别的项目事实" not in call.text
 
 
+async def test_a_users_next_prompt_extends_the_last_and_its_log_aliases_resolve(
+    any_db: Database, make_handler: HandlerFactory, llm: ScriptedLlm, user_id: int
+) -> None:
+    """The second event's prompt repeats the first's memories and appends the row the first one
+    inserted; the model's touch of that row, by the alias the log gave it, reaches the row."""
+    await set_capture(any_db, user_id)
+    for fact in ("事实一", "事实二", "事实三"):
+        await seed(any_db, user_id, fact)
+    handler = make_handler(any_db)
+    llm.script(f"a{user_id}", [{"type": "user", "action": "insert", "content": "新事实"}])
+    llm.script(f"b{user_id}", [{"type": "user", "action": "touch", "existingId": 4}])
+    await handler.handle(make_event(user_id, 1, lastUserMessage=said(f"a{user_id}")))
+    await handler.handle(make_event(user_id, 1, lastUserMessage=said(f"b{user_id}")))
+
+    [first], [second] = llm.calls(f"a{user_id}"), llm.calls(f"b{user_id}")
+    before, after = first.messages[-1]["content"], second.messages[-1]["content"]
+    assert after.startswith(before[: before.rindex("\n\n")] + "\n\nChanges:\n4\tuser\t新事实\n\n")
+    assert {"id": 4, "type": "user", "content": "新事实"} in second.data["existing"]
+    [row] = [r for r in await items(any_db, user_id) if r.content == "新事实"]
+    assert [h["action"] for h in await history(any_db, user_id) if h["memory_id"] == row.id] == [
+        "insert",
+        "touch",
+    ]
+
+
 async def test_injection_window_on_both_dialects(any_db: Database, user_id: int) -> None:
     from service.app.caches import CaptureSwitch
     from service.app.memories import MemoryService

@@ -3,7 +3,9 @@
 Scripted models and assertions read prompts as plain data: an extraction prompt as
 `{"project", "existing": [{"id", "type", "content"}], "dismissed": [...], "conversation": {"user",
 "assistant"}}`, a consolidation prompt as `{"group": "user" | "project KEY", "memories": [{"id",
-"content"}]}`.
+"content"}]}`. An extraction prompt's changes (`service/core/prompt_layout.py`) are applied: its
+`existing` are the rows the blocks list as the log last says them, in id order, without the ones it
+says are gone, and its `dismissed` are the blocks' followed by the log's.
 """
 
 from __future__ import annotations
@@ -24,15 +26,26 @@ def prompt_data(text: str) -> dict[str, Any]:
     if c.MEMORIES in blocks:
         return {"group": _group(text), "memories": _rows(blocks[c.MEMORIES])}
     turn = json.loads(blocks[e.CONVERSATION][0])
-    existing = [
-        {**row, "type": kind}
+    existing = {
+        row["id"]: {**row, "type": kind}
         for heading, kind in _ROW_TYPES.items()
         for row in _rows(blocks.get(heading, []))
-    ]
+    }
+    dismissed = [_dismissed(line) for line in blocks.get(e.DISMISSED, [])]
+    for line in blocks.get(e.CHANGES, []):
+        alias, tab, rest = line.partition("\t")
+        if alias == e.DISMISSED_MARK:
+            dismissed.append(rest)
+        elif not tab:
+            assert existing.pop(int(alias), None) is not None, f"an unknown id gone: {line!r}"
+        else:
+            kind, tab, content = rest.partition("\t")
+            assert tab and kind in _ROW_TYPES.values(), f"a change without its type: {line!r}"
+            existing[int(alias)] = {"id": int(alias), "content": content, "type": kind}
     return {
         "project": turn["project"],
-        "existing": existing,
-        "dismissed": [_dismissed(line) for line in blocks.get(e.DISMISSED, [])],
+        "existing": [existing[alias] for alias in sorted(existing)],
+        "dismissed": dismissed,
         "conversation": {"user": turn["user"], "assistant": turn["assistant"]},
     }
 

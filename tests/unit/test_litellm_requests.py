@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from service.adapters.litellm_requests import chat_endpoint, lowest_effort, model_params
+from service.adapters.litellm_requests import cache_marked, chat_endpoint, lowest_effort, model_params
 from service.adapters.llm_client import import_litellm
 
 litellm = import_litellm()
@@ -258,3 +258,32 @@ def test_a_proxy_the_host_bypasses_keeps_the_fast_path(monkeypatch: pytest.Monke
     monkeypatch.setenv("HTTP_PROXY", "http://proxy:3128")
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
     assert chat_endpoint(litellm, "openai/local-model", "http://127.0.0.1:8000/v1", "k") is not None
+
+
+def test_an_extraction_prompt_is_marked_at_its_user_block_its_frozen_blocks_and_its_log() -> None:
+    """A call that appended to the log still reads the frozen blocks from the cache, and one in
+    another project the USER block: each prefix ends at a marked part, at most four marks."""
+    blocks = [
+        "User memories:\n1\t报告用中文",
+        "Project memories:\n2\tuses pnpm",
+        "Changes:\n3\tuser\t新",
+        "Conversation:\n{}",
+    ]
+    messages = [{"role": "system", "content": "rules"}, {"role": "user", "content": "\n\n".join(blocks)}]
+    [system, user] = cache_marked(messages)
+    ephemeral = {"type": "ephemeral"}
+    assert system["content"] == [{"type": "text", "text": "rules", "cache_control": ephemeral}]
+    assert user["content"] == [
+        {"type": "text", "text": blocks[0], "cache_control": ephemeral},
+        {"type": "text", "text": "\n\n" + blocks[1], "cache_control": ephemeral},
+        {"type": "text", "text": "\n\n" + blocks[2], "cache_control": ephemeral},
+        {"type": "text", "text": "\n\n" + blocks[3]},
+    ]
+    without_log = "\n\n".join([blocks[0], blocks[3]])
+    assert cache_marked([{"role": "user", "content": without_log}])[0]["content"] == [
+        {"type": "text", "text": blocks[0], "cache_control": ephemeral},
+        {"type": "text", "text": "\n\n" + blocks[3]},
+    ]
+    assert cache_marked([{"role": "user", "content": "one block"}]) == [
+        {"role": "user", "content": "one block"}
+    ]
