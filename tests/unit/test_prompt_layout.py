@@ -3,7 +3,10 @@ user's next prompt extends the last as a prefix, while saying exactly the curren
 
 from __future__ import annotations
 
+import gc
+import tracemalloc
 from collections import Counter
+from collections.abc import Callable
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -287,3 +290,56 @@ def test_any_sequence_of_comparison_sets_reads_back_as_the_current_one(
         for alias in accepted:
             row_id, scope, key, _ = laid.existing.aliases[alias]
             assert laid.existing.resolve(alias) == (row_id, Group(Scope(scope), key))
+
+
+def held_bytes(builds: Callable[[PromptLayouts, int], None]) -> int:
+    """What the layout `builds` leaves held for a user costs, next to one built alike before (so
+    that no cache warmed on a first call counts)."""
+    layouts = PromptLayouts(10)
+    builds(layouts, 1)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        builds(layouts, 2)
+        gc.collect()
+        return tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+
+
+def read_afresh(rows: list[Shown], dismissed: list[str]) -> tuple[list[Shown], list[str]]:
+    """New strings, as a read round's are: a held layout keeps them alive."""
+    return [(i, s, p, "".join(c)) for i, s, p, c in rows], ["".join(d) for d in dismissed]
+
+
+def test_a_held_layout_costs_what_the_configuration_says() -> None:
+    """docs/configuration.md, MEMORY_LLM_PROMPT_LAYOUTS: about 50 KiB a user at the full pool; at
+    most about 0.5 MiB, at 200 rows of 120 Chinese characters, 200 dismissals of 500 (the user's own
+    rows, dismissed) and the log at its bound."""
+    rows, dismissed = pool_rows()
+
+    def full_pool_once(layouts: PromptLayouts, user: int) -> None:
+        layouts.build(user, PROJECT, *read_afresh(rows, dismissed), MARK)
+
+    assert 40 * 1024 < held_bytes(full_pool_once) < 60 * 1024
+
+    longest = [
+        user_row(i, f"{i:03}" + "长" * 117) if i <= 100 else project_row(i, f"{i:03}" + "长" * 117)
+        for i in range(1, 201)
+    ]
+    rejected = [f"{i:03}" + "拒" * 497 for i in range(200)]
+
+    def up_to_the_log_bound(layouts: PromptLayouts, user: int) -> None:
+        current = list(longest)
+        layouts.build(user, PROJECT, *read_afresh(current, rejected), MARK)
+        for n in range(1_000):  # 20 rows reworded a call, the log's bound neared in a few dozen
+            reworded = {101 + (n * 20 + k) % 100: f"{n:03}{k:02}" + "改" * 115 for k in range(20)}
+            current = [project_row(r[0], reworded[r[0]]) if r[0] in reworded else r for r in current]
+            laid = layouts.build(user, PROJECT, *read_afresh(current, rejected), MARK)
+            log = sum(len(line) + 1 for line in changes(laid))
+            if log > 0.95 * LOG_SHARE * sum(map(len, laid.memories[:3])):
+                return
+        raise AssertionError("the log never neared its bound")
+
+    assert 400 * 1024 < held_bytes(up_to_the_log_bound) < 560 * 1024
