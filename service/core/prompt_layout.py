@@ -18,8 +18,10 @@ prompts of a user in one project differ by the log's new lines and the conversat
   the previous prompt's USER block is a prefix of the new one; the log starts with what it says of
   rows since changed or gone.
 - Listed afresh as well: the project's blocks when the log passes LOG_SHARE of the frozen blocks'
-  length or a dismissal is taken back (a restore, a delete: a log cannot say it); everything when
-  the USER block's gone rows and the log that corrects it pass DRIFT_SHARE.
+  length or a dismissal is taken back (a restore, a delete: a log cannot say it); everything when,
+  the project's blocks being listed afresh (there or at a switch), the USER block's gone rows and
+  the log that corrects it pass DRIFT_SHARE. Between, the USER block's gone rows cost only their
+  short log lines against LOG_SHARE: in one project they stay listed until the log passes it.
 - With no layout held (a user's first call, an eviction, a restart, a partition taken over from
   another pod), the prompt is `extraction_prompt.memory_blocks`' fresh layout, byte for byte.
 - A layout is held under the user's removal mark the read round returned with the comparison set
@@ -53,9 +55,9 @@ from service.core.model import Scope
 from service.core.prompt_blocks import block, one_line
 
 # The log's length, in characters, past which the project's blocks are listed afresh, and the USER
-# block's waste (its gone rows and the log lines correcting it) past which everything is, as shares
-# of the frozen blocks' length: more is more prompt at the cache's price, less more prompts at the
-# full price (tests/simulation/REPORT.md).
+# block's waste (its gone rows and the log lines correcting it) past which everything is when the
+# project's are, as shares of the frozen blocks' length: more is more prompt at the cache's price,
+# less more prompts at the full price (tests/simulation/REPORT.md).
 LOG_SHARE = 0.5
 DRIFT_SHARE = 0.25
 

@@ -23,7 +23,7 @@ from service.core.extraction_prompt import (
 )
 from service.core.model import Group, Scope
 from service.core.prompt_blocks import BLOCK_BREAK
-from service.core.prompt_layout import LOG_SHARE, LaidOut, PromptLayouts
+from service.core.prompt_layout import DRIFT_SHARE, LOG_SHARE, LaidOut, PromptLayouts
 from tests.support.full_pool import PROJECT, full_pool
 from tests.support.prompt_data import prompt_data
 
@@ -178,6 +178,22 @@ def test_a_long_log_lists_the_project_afresh_and_a_wasted_user_block_everything(
     assert extended > 0
     fresh = build_extraction_messages("u", "a", PROJECT, ComparisonSet.of(current, []))
     assert message(laid) == fresh[1]["content"]
+
+
+def test_in_one_project_gone_user_rows_stay_listed_until_the_log_passes_its_bound() -> None:
+    """DRIFT_SHARE is weighed only where the project's blocks are listed afresh: a merge of most
+    USER rows in one project costs the log a short line a row, and the prompt keeps their words."""
+    users = [user_row(i, f"用户事实 {i:03} " + "长" * 40) for i in range(1, 101)]
+    project = [project_row(i, f"项目事实 {i:03} " + "长" * 40) for i in range(101, 201)]
+    layouts = PromptLayouts(10)
+    first = layouts.build(7, PROJECT, users + project, [], MARK)
+    merged = [user_row(300 + n, f"合并 {n} " + "并" * 40) for n in range(10)]
+    laid = layouts.build(7, PROJECT, users[80:] + merged + project, [], MARK)
+
+    gone = sum(len(content) for *_, content in users[:80])
+    frozen = sum(map(len, first.memories))
+    assert gone > DRIFT_SHARE * frozen and sum(len(line) + 1 for line in changes(laid)) < LOG_SHARE * frozen
+    assert laid.memories[0] == first.memories[0] and changes(laid)[:2] == ["1", "2"]
 
 
 def test_a_dismissal_taken_back_lists_the_project_afresh() -> None:
