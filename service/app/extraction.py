@@ -233,7 +233,9 @@ class ExtractionHandler:
         """The model call and the writes of an event the budget admitted; the flag: whether this
         call committed the event's ledger row."""
         model = read.configured_model or self._settings.default_model
-        laid = self._layouts.build(event.user_id, project_key, read.shown, read.user_dismissed)
+        laid = self._layouts.build(
+            event.user_id, project_key, read.shown, read.user_dismissed, read.removal_mark
+        )
         existing = laid.existing
 
         # One decision for the prompt and the request: the mode may be restored while the call waits.

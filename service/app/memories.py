@@ -186,6 +186,7 @@ class MemoryService:
             await uow.memories.delete(user_id, row_id)
             await uow.memories.record(user_id, row_id, _user_entry(HistoryAction.DELETE), now)
             await uow.memories.erase_history(user_id, lineage, now)
+            await uow.accounts.words_removed(user_id)  # held prompt layouts list them no more
             await uow.commit()
 
     async def history(self, user_id: int, row_id: int) -> list[Any]:

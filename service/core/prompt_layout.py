@@ -18,10 +18,17 @@ prompts of a user in one project differ by the log's new lines and the conversat
   the previous prompt's USER block is a prefix of the new one; the log starts with what it says of
   rows since changed or gone.
 - Listed afresh as well: the project's blocks when the log passes LOG_SHARE of the frozen blocks'
-  length or a dismissal is taken back (a restore, a delete: a log cannot say it); everything when
-  the USER block's gone rows and the log that corrects it pass DRIFT_SHARE.
+  length or a dismissal is taken back (a restore, a delete: a log cannot say it); everything when,
+  the project's blocks being listed afresh (there or at a switch), the USER block's gone rows and
+  the log that corrects it pass DRIFT_SHARE. Between, the USER block's gone rows cost only their
+  short log lines against LOG_SHARE: in one project they stay listed until the log passes it.
 - With no layout held (a user's first call, an eviction, a restart, a partition taken over from
   another pod), the prompt is `extraction_prompt.memory_blocks`' fresh layout, byte for byte.
+- A layout is held under the user's removal mark the read round returned with the comparison set
+  (`memory_user_state.removal_mark`), and extended only under the same one. The frozen blocks list
+  rows since gone, and a gone row's words may be ones the user deleted since (on any replica), or
+  ones of a user erased whole: a delete draws a new mark, an erasure leaves none, and a layout
+  under none is never extended, so the prompt after a delete lists only what is stored.
 - Layouts are held for the `limit` users served last. A build has no await, so events of one user
   handled at once each get a consistent snapshot.
 """
@@ -48,9 +55,9 @@ from service.core.model import Scope
 from service.core.prompt_blocks import block, one_line
 
 # The log's length, in characters, past which the project's blocks are listed afresh, and the USER
-# block's waste (its gone rows and the log lines correcting it) past which everything is, as shares
-# of the frozen blocks' length: more is more prompt at the cache's price, less more prompts at the
-# full price (tests/simulation/REPORT.md).
+# block's waste (its gone rows and the log lines correcting it) past which everything is when the
+# project's are, as shares of the frozen blocks' length: more is more prompt at the cache's price,
+# less more prompts at the full price (tests/simulation/REPORT.md).
 LOG_SHARE = 0.5
 DRIFT_SHARE = 0.25
 
@@ -76,11 +83,12 @@ class _UserBlock:
     rows: dict[int, _Said]  # by row id
     next_alias: int
     project_key: str | None
+    mark: int | None  # the removal mark the rows were read under
     layout: _ProjectLayout | None = None
 
     @classmethod
-    def fresh(cls, ordered: Sequence[Shown], project_key: str | None) -> _UserBlock:
-        user = cls({}, 1, project_key)
+    def fresh(cls, ordered: Sequence[Shown], project_key: str | None, mark: int | None) -> _UserBlock:
+        user = cls({}, 1, project_key, mark)
         user.extend(ordered)
         return user
 
@@ -193,15 +201,23 @@ class PromptLayouts:
         return len(self._users)
 
     def build(
-        self, user_id: int, project_key: str | None, rows: Iterable[Shown], dismissed: Sequence[str]
+        self,
+        user_id: int,
+        project_key: str | None,
+        rows: Iterable[Shown],
+        dismissed: Sequence[str],
+        mark: int | None,
     ) -> LaidOut:
-        """The prompt memories of a comparison set (`rows`, and `dismissed` newest first), extending
-        the user's held layout where it is of the same project and its log stays in bounds."""
+        """The prompt memories of a comparison set (`rows`, and `dismissed` newest first, read under
+        the removal `mark`), extending the user's held layout where it was built under the same
+        mark, is of the same project and its log stays in bounds."""
         if self._limit == 0:
             existing = ComparisonSet.of(rows, dismissed)
             return LaidOut(existing, tuple(memory_blocks(existing)))
         ordered, lines = in_layout_order(rows), dismissed_lines(dismissed)
         user = self._users.get(user_id)
+        if user is not None and (mark is None or user.mark != mark):
+            user = None  # words it lists may be deleted ones
         if user is not None:
             self._users.move_to_end(user_id)
             layout = user.layout if user.project_key == project_key else None
@@ -216,7 +232,7 @@ class PromptLayouts:
             if len(layout.log) + gone <= self._drift_share * layout.frozen_chars:
                 user.project_key, user.layout = project_key, layout
                 return LaidOut(ComparisonSet(aliases, dismissed), layout.memories(user))
-        user = _UserBlock.fresh(ordered, project_key)
+        user = _UserBlock.fresh(ordered, project_key, mark)
         user.layout = _ProjectLayout.fresh(user, ordered, lines)
         aliases = user.layout.extend(user, ordered, lines)  # appends nothing: all is listed afresh
         self._users[user_id] = user

@@ -18,7 +18,7 @@ from service.adapters.llm_client import LlmClient
 from service.adapters.metrics import Metrics
 from service.app.consolidation import Consolidator
 from service.app.erasure import UserEraser
-from service.app.extraction import Extracted, ModelRejected
+from service.app.extraction import Extracted, ExtractionHandler, ModelRejected
 from service.bootstrap import configure_logging
 from service.core.consolidation import RunResult, Thresholds
 from service.core.model import DismissedBy, Status
@@ -253,3 +253,97 @@ async def test_an_extraction_answering_an_update_of_a_row_deleted_meanwhile_writ
     assert outcome is Outcome.EXTRACTED
     assert await items(world.db, user_id) == []  # the update names a row gone: dropped
     assert gone not in "\n".join(await every_stored_text(world.db))
+
+
+async def prompted(handler: ExtractionHandler, llm: ScriptedLlm, user_id: int, marker: str) -> str:
+    """The memories an extraction of the user prompts the model with (its answer: nothing)."""
+    llm.script(f"{marker}{user_id}", [])
+    outcome, _ = await handler.handle(make_event(user_id, 6, lastUserMessage=said(f"{marker}{user_id}")))
+    assert outcome is Outcome.EXTRACTED
+    [call] = llm.calls(f"{marker}{user_id}")
+    return call.messages[-1]["content"]
+
+
+async def held_prompt(world: World, handler: ExtractionHandler, llm: ScriptedLlm, user_id: int) -> list[str]:
+    """Twenty machine rows of the user, prompted so that the handler holds their layout: a row added
+    since is appended to the log, the rows stay listed where they were."""
+    await set_capture(world.db, user_id)
+    async with world.db.locked_user(user_id) as uow:  # the lock row, with its removal mark
+        await uow.commit()
+    texts = [f"秘密{user_id} 事实{n:02}" for n in range(20)]
+    for text in texts:
+        await seed(world.db, user_id, text)
+    llm.reset()
+    first = await prompted(handler, llm, user_id, "a")
+    await seed(world.db, user_id, f"后来{user_id}")
+    second = await prompted(handler, llm, user_id, "a2")
+    assert second.startswith(first[: first.rindex("\n\n")] + f"\n\nChanges:\n21\tuser\t后来{user_id}\n\n")
+    return texts
+
+
+async def test_a_deleted_memorys_words_leave_the_users_next_prompt(
+    world: World, make_handler: HandlerFactory, llm: ScriptedLlm, user_id: int
+) -> None:
+    """The held layout's frozen blocks list the row; the user's delete must take it out of the
+    prompt, not only mark it gone in the log."""
+    handler = make_handler(world.db)
+    texts = await held_prompt(world, handler, llm, user_id)
+    [gone] = [i for i in await items(world.db, user_id) if i.content == texts[1]]
+
+    assert (await As(world.http, user_id).delete(f"/api/v1/memory/{gone.id}")).status_code == 200
+
+    after = await prompted(handler, llm, user_id, "b")
+    assert texts[1] not in after
+    assert all(text in after for text in (texts[0], *texts[2:]))
+
+
+async def test_a_memory_edited_then_deleted_leaves_no_word_in_the_next_prompt(
+    world: World, make_handler: HandlerFactory, llm: ScriptedLlm, user_id: int
+) -> None:
+    """An edit makes the row MANUAL: it left the comparison set, its machine words stayed listed in
+    the frozen blocks, and the delete changes nothing the comparison set shows."""
+    handler = make_handler(world.db)
+    texts = await held_prompt(world, handler, llm, user_id)
+    [edited] = [i for i in await items(world.db, user_id) if i.content == texts[2]]
+    me = As(world.http, user_id)
+    assert (await me.patch(f"/api/v1/memory/{edited.id}", {"content": f"改{user_id}"})).status_code == 200
+    await prompted(handler, llm, user_id, "b")
+
+    assert (await me.delete(f"/api/v1/memory/{edited.id}")).status_code == 200
+
+    after = await prompted(handler, llm, user_id, "c")
+    assert texts[2] not in after and f"改{user_id}" not in after
+
+
+async def test_deleting_a_merged_memory_takes_its_sources_words_out_of_the_next_prompt(
+    world: World, make_handler: HandlerFactory, llm: ScriptedLlm, llm_client: LlmClient, user_id: int
+) -> None:
+    """The prompt listed the sources before the merge; the user deletes the merged row."""
+    handler = make_handler(world.db)
+    texts = await held_prompt(world, handler, llm, user_id)
+    llm.script(texts[0], [{"op": "merge", "sourceIds": [1, 2], "content": f"合{user_id} 两个事实"}])
+    consolidator = Consolidator(world.db, llm_client, Metrics(), Thresholds(user_target=3))
+    assert await consolidator.run(Extracted(user_id, None, DEFAULT_MODEL, 1, 4)) == [RunResult.APPLIED]
+    [merged] = [i for i in await items(world.db, user_id) if i.content.startswith("合")]
+
+    assert (await As(world.http, user_id).delete(f"/api/v1/memory/{merged.id}")).status_code == 200
+
+    after = await prompted(handler, llm, user_id, "b")
+    assert [text for text in texts[:2] if text in after] == []
+    assert f"合{user_id}" not in after
+
+
+async def test_an_erased_users_words_leave_their_next_prompt(
+    world: World, make_handler: HandlerFactory, llm: ScriptedLlm, user_id: int
+) -> None:
+    """The user comes back after the erasure and switches capture on: the handler held their layout."""
+    handler = make_handler(world.db)
+    texts = await held_prompt(world, handler, llm, user_id)
+    erased = await world.http.delete(f"/internal/v1/memory/users/{user_id}", headers=internal_headers())
+    assert erased.status_code == 200
+    await set_capture(world.db, user_id)
+    await seed(world.db, user_id, f"新{user_id} 事实")
+
+    after = await prompted(handler, llm, user_id, "b")
+    assert [text for text in texts if text in after] == []
+    assert f"新{user_id} 事实" in after

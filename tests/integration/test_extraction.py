@@ -410,6 +410,8 @@ async def test_a_users_next_prompt_extends_the_last_and_its_log_aliases_resolve(
     """The second event's prompt repeats the first's memories and appends the row the first one
     inserted; the model's touch of that row, by the alias the log gave it, reaches the row."""
     await set_capture(any_db, user_id)
+    async with any_db.locked_user(user_id) as uow:  # the lock row, with its removal mark
+        await uow.commit()
     for fact in ("事实一", "事实二", "事实三"):
         await seed(any_db, user_id, fact)
     handler = make_handler(any_db)

@@ -132,3 +132,24 @@ def _columns(names: str) -> list[sa.ColumnClause[object]]:
 
 def _history(memory_id: int, action: str, actor: str, at: datetime) -> dict[str, object]:
     return {"memory_id": memory_id, "user_id": 7, "action": action, "actor": actor, "created_at": at}
+
+
+@pytest.mark.parametrize("dialect", ["mysql", "sqlite"])
+def test_0010_gives_existing_lock_rows_the_removal_mark_no_new_row_gets(dialect: str, tmp_path: Path) -> None:
+    """0, so that the row an erasure removes and a later write makes again never share a mark."""
+    database = MariaDbDatabase().create("0009") if dialect == "mysql" else None
+    url = database.url if database else f"sqlite+aiosqlite:///{tmp_path / 'old.db'}"
+    if database is None:
+        upgrade_schema(url, "0009")
+    engine = create_engine(sync_url(url))
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.text("INSERT INTO memory_user_state (user_id) VALUES (7)"))
+        upgrade_schema(url)
+        with engine.begin() as conn:
+            marks = conn.execute(sa.text("SELECT user_id, removal_mark FROM memory_user_state")).all()
+    finally:
+        engine.dispose()
+        if database:
+            database.drop()
+    assert [tuple(m) for m in marks] == [(7, 0)]

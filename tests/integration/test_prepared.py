@@ -81,7 +81,10 @@ async def test_every_prepared_read_gives_sqlalchemys_rows_with_sqlalchemys_types
     engine: AsyncEngine, pool: list[int]
 ) -> None:
     async with engine.connect() as conn:
-        await conn.execute(sa.text("INSERT IGNORE INTO memory_user_state (user_id) VALUES (:u)"), {"u": USER})
+        await conn.execute(
+            sa.text("INSERT IGNORE INTO memory_user_state (user_id, removal_mark) VALUES (:u, :m)"),
+            {"u": USER, "m": 2**62},  # the read round's head reads the mark: a BIGINT
+        )
         for prepared, params in reads(pool):
             statement = prepared.statement(conn.dialect.name)
             # A UNION keeps no order from one execution to the next: rows are compared as a set.

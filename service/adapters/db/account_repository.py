@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 from functools import cache
@@ -51,12 +52,23 @@ _RULE = sa.select(_SETTING.value).where(_SETTING.setting_key == TEXT_RULE_SETTIN
 # A shared lock in MySQL: writers hold it together, and a migration changing the rule (which updates
 # the row first) waits for them, then makes the next ones wait until it has re-hashed and committed.
 _TEXT_RULE = Prepared(_RULE, variants={"mysql": _RULE.with_for_update(read=True)})
-# The lock row inserted, or the existing one locked by a no-op update of its key.
-_STATE_ROW = {"user_id": sa.bindparam("new_user"), "consolidation_due_at": sa.null()}
+# The lock row inserted, or the existing one locked by a no-op update of its key (its mark kept).
+_STATE_ROW = {
+    "user_id": sa.bindparam("new_user"),
+    "consolidation_due_at": sa.null(),
+    "removal_mark": sa.bindparam("mark", type_=sa.BigInteger),
+}
 _CREATE_USER_STATE = Prepared(
     upsert_statement("sqlite", memory_user_state, _STATE_ROW, ["user_id"]),
     variants={"mysql": upsert_statement("mysql", memory_user_state, _STATE_ROW, ["user_id"])},
 )
+
+
+def removal_mark() -> int:
+    """A lock row's removal mark: random, so that a row made again after an erasure never repeats
+    the mark of the erased one, nor a delete the mark before it; never 0, the mark the migration
+    gave rows made before."""
+    return 1 + secrets.randbits(62)
 
 
 @cache
@@ -197,7 +209,12 @@ class AccountRepository:
 
     async def create_user_state(self, user_id: int) -> None:
         """Insert the lock row, or lock the one a concurrent first writer just inserted."""
-        await self._statements.write(_CREATE_USER_STATE, {"new_user": user_id})
+        await self._statements.write(_CREATE_USER_STATE, {"new_user": user_id, "mark": removal_mark()})
+
+    async def words_removed(self, user_id: int) -> None:
+        """A new removal mark on the user's lock row (held by the caller): their words were deleted."""
+        t = memory_user_state
+        await self.conn.execute(t.update().where(t.c.user_id == user_id).values(removal_mark=removal_mark()))
 
     async def lock_user(self, user_id: int) -> bool:
         """Hold the user's row lock until the transaction ends; False when the row does not exist."""

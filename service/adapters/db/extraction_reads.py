@@ -21,6 +21,7 @@ from service.adapters.db.tables import (
     memory_event_ledger,
     memory_item,
     memory_system_setting,
+    memory_user_state,
 )
 from service.core.comparison_set import Shown
 from service.core.model import (
@@ -51,11 +52,11 @@ def _session_groups(with_project: bool) -> sa.ColumnElement[bool]:
     return sa.or_(_USER, _PROJECT) if with_project else _USER
 
 
-# The read round's columns, by position: the head's three, then the row's. A row shown to the model
+# The read round's columns, by position: the head's five, then the row's. A row shown to the model
 # carries no time (its order is by id, and a time costs the driver a conversion on every row), so a
 # row with one is a dismissal, sorted by it.
 _ROW_COLUMNS = (t.c.id, t.c.scope, t.c.project_key, t.c.content)
-_ID, _SCOPE, _PROJECT_KEY, _CONTENT, _UPDATED_AT = 4, 5, 6, 7, 8
+_ID, _SCOPE, _PROJECT_KEY, _CONTENT, _UPDATED_AT = 5, 6, 7, 8, 9
 
 
 def _read_round(with_project: bool) -> sa.Select[Any]:
@@ -79,6 +80,10 @@ def _read_round(with_project: bool) -> sa.Select[Any]:
         .where(ledger.c.user_id == USER_ID, ledger.c.processed_at >= sa.bindparam("since"))
         .scalar_subquery()
         .label("oldest_extraction"),
+        sa.select(memory_user_state.c.removal_mark)
+        .where(memory_user_state.c.user_id == USER_ID)
+        .scalar_subquery()
+        .label("removal_mark"),
     ).subquery("head")
     groups = _session_groups(with_project)
     dismissed = (
@@ -110,6 +115,7 @@ class ExtractionInputs:
     shown: list[Shown]
     user_dismissed: list[str]  # newest first, at most the limit asked for
     oldest_extraction: datetime | None = None  # of the ledger rows counted in `recent_extractions`
+    removal_mark: int | None = None  # the user's lock row's (`memory_user_state`), None without one
 
 
 def read_round_inputs(rows: Sequence[Sequence[Any]]) -> ExtractionInputs:
@@ -133,6 +139,7 @@ def read_round_inputs(rows: Sequence[Sequence[Any]]) -> ExtractionInputs:
         shown,
         [r[_CONTENT] for r in dismissed],
         _datetime(head[3]),
+        None if head[4] is None else int(head[4]),
     )
 
 

@@ -112,6 +112,10 @@ memory_user_state = sa.Table(
     # cooldown after a call, or the shorter back-off after a failed one.
     sa.Column("user_id", sa.BigInteger, primary_key=True, autoincrement=False),
     sa.Column("consolidation_due_at", Timestamp, nullable=True),
+    # A random number drawn when the row is made and again when the user deletes a memory: a prompt
+    # layout held since another mark (or none: the user erased) may list words no longer stored
+    # (core/prompt_layout.py). NULL only on a row a release before the column made.
+    sa.Column("removal_mark", sa.BigInteger, nullable=True),
     **MYSQL_OPTS,
 )
 
