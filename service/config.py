@@ -104,7 +104,9 @@ class Settings(BaseSettings):
     llm_conversation_tokens: int = Field(default=CONVERSATION_TOKENS, ge=200)
     # Users whose extraction prompt layout the process holds, so that their next prompt extends the
     # last as a prefix a provider's cache serves (core/prompt_layout.py); 0 lays out every prompt afresh.
-    llm_prompt_layouts: int = Field(default=256, ge=0)
+    llm_prompt_layouts: int = Field(default=1000, ge=0)
+    # The memory those layouts may take in all, in MiB: the least recently served are let go first.
+    llm_prompt_layouts_mib: float = Field(default=16.0, ge=0)
     llm_breaker_failures: int = Field(default=5, ge=1)
     llm_breaker_open_s: float = Field(default=10.0, gt=0)
     llm_breaker_max_open_s: float = Field(default=300.0, gt=0)

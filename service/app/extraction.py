@@ -131,7 +131,9 @@ class ExtractionHandler:
         self._shape = AnswerShape("memories", ANSWER_SCHEMA, settings.llm_max_tokens)
         self._budget = ExtractionBudget(settings.extractions_per_user_per_day)
         self._turns = UserTurns()
-        self._layouts = PromptLayouts(settings.llm_prompt_layouts)
+        self._layouts = PromptLayouts(
+            settings.llm_prompt_layouts, budget_bytes=int(settings.llm_prompt_layouts_mib * (1 << 20))
+        )
         # Per user with an event waiting for the budget to settle: set when an extraction finishes.
         self._finished: dict[int, asyncio.Event] = {}
 

@@ -29,12 +29,15 @@ prompts of a user in one project differ by the log's new lines and the conversat
   rows since gone, and a gone row's words may be ones the user deleted since (on any replica), or
   ones of a user erased whole: a delete draws a new mark, an erasure leaves none, and a layout
   under none is never extended, so the prompt after a delete lists only what is stored.
-- Layouts are held for the `limit` users served last. A build has no await, so events of one user
-  handled at once each get a consistent snapshot.
+- Layouts are held for the `limit` users served last, and within `budget_bytes` in all: a layout's
+  size is estimated from the strings it holds (`sys.getsizeof`, exact for a string) and a fixed
+  cost per entry, so no user's pool, however long its words, grows the process past the budget.
+  A build has no await, so events of one user handled at once each get a consistent snapshot.
 """
 
 from __future__ import annotations
 
+import sys
 from collections import Counter, OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -60,6 +63,10 @@ from service.core.prompt_blocks import block, one_line
 # less more prompts at the full price (tests/simulation/REPORT.md).
 LOG_SHARE = 0.5
 DRIFT_SHARE = 0.25
+# A held row's cost beyond its text (dict slot, tuple, alias), and a dismissal's (counter slot), as
+# tracemalloc measures them (tests/unit/test_prompt_layout.py).
+ROW_BYTES = 128
+DISMISSAL_BYTES = 48
 
 # What a layout last said of a row: its alias, its type as the log names it, its one-line content.
 _Said = tuple[int, str, str]
@@ -101,6 +108,18 @@ class _UserBlock:
 
     def blocks(self) -> list[str]:
         return listed(USER_ROWS, [(alias, content) for alias, _, content in self.rows.values()])
+
+    def footprint(self) -> int:
+        """Bytes held, estimated from above: a string the layout shares is counted each time."""
+        texts = [text for _, _, text in self.rows.values()]
+        rows, dismissals = len(self.rows), 0
+        if (layout := self.layout) is not None:
+            texts += [text for _, _, text in layout.rows.values()]
+            texts += [said[2] for said in layout.said.values() if said is not None]
+            texts += [*layout.dismissed, layout.log]
+            rows += len(layout.rows) + len(layout.said)
+            dismissals = len(layout.dismissed) + len(layout.listed_dismissed)
+        return sum(map(sys.getsizeof, texts)) + rows * ROW_BYTES + dismissals * DISMISSAL_BYTES
 
 
 @dataclass(slots=True)
@@ -188,17 +207,31 @@ class _ProjectLayout:
 
 
 class PromptLayouts:
-    """The layouts a process holds, of the `limit` users served last; `limit` 0 lays every prompt
-    out afresh. `log_share`, `drift_share`: LOG_SHARE, DRIFT_SHARE."""
+    """The layouts a process holds, of the `limit` users served last, in `budget_bytes` at most;
+    `limit` 0 lays every prompt out afresh. `log_share`, `drift_share`: LOG_SHARE, DRIFT_SHARE."""
 
-    def __init__(self, limit: int, log_share: float = LOG_SHARE, drift_share: float = DRIFT_SHARE) -> None:
+    def __init__(
+        self,
+        limit: int,
+        log_share: float = LOG_SHARE,
+        drift_share: float = DRIFT_SHARE,
+        budget_bytes: int = 16 << 20,
+    ) -> None:
         self._limit = limit
         self._log_share = log_share
         self._drift_share = drift_share
+        self._budget = budget_bytes
         self._users: OrderedDict[int, _UserBlock] = OrderedDict()
+        self._bytes: dict[int, int] = {}
+        self._held = 0
 
     def __len__(self) -> int:
         return len(self._users)
+
+    @property
+    def held_bytes(self) -> int:
+        """The estimated bytes of every layout held: never above the budget."""
+        return self._held
 
     def build(
         self,
@@ -211,6 +244,24 @@ class PromptLayouts:
         """The prompt memories of a comparison set (`rows`, and `dismissed` newest first, read under
         the removal `mark`), extending the user's held layout where it was built under the same
         mark, is of the same project and its log stays in bounds."""
+        laid = self._build(user_id, project_key, rows, dismissed, mark)
+        if (user := self._users.get(user_id)) is not None:
+            size = user.footprint()
+            self._held += size - self._bytes.get(user_id, 0)
+            self._bytes[user_id] = size
+        while self._users and (len(self._users) > self._limit or self._held > self._budget):
+            evicted, _ = self._users.popitem(last=False)
+            self._held -= self._bytes.pop(evicted)
+        return laid
+
+    def _build(
+        self,
+        user_id: int,
+        project_key: str | None,
+        rows: Iterable[Shown],
+        dismissed: Sequence[str],
+        mark: int | None,
+    ) -> LaidOut:
         if self._limit == 0:
             existing = ComparisonSet.of(rows, dismissed)
             return LaidOut(existing, tuple(memory_blocks(existing)))
@@ -237,6 +288,4 @@ class PromptLayouts:
         aliases = user.layout.extend(user, ordered, lines)  # appends nothing: all is listed afresh
         self._users[user_id] = user
         self._users.move_to_end(user_id)
-        while len(self._users) > self._limit:
-            self._users.popitem(last=False)
         return LaidOut(ComparisonSet(aliases, dismissed), user.layout.memories(user))

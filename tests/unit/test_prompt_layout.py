@@ -359,3 +359,41 @@ def test_a_held_layout_costs_what_the_configuration_says() -> None:
         raise AssertionError("the log never neared its bound")
 
     assert 400 * 1024 < held_bytes(up_to_the_log_bound) < 560 * 1024
+
+
+def test_the_estimate_of_a_held_layout_is_what_it_costs_or_more() -> None:
+    """The budget rests on `footprint`: within a quarter above what tracemalloc measures, never below."""
+    rows, dismissed = pool_rows()
+    longest = [user_row(i, f"{i:03}" + "长" * 117) for i in range(1, 201)]
+    for pool, rejected in ((rows, dismissed), (longest, [f"{i:03}" + "拒" * 497 for i in range(200)])):
+        layouts = PromptLayouts(10)
+
+        def once(
+            held: PromptLayouts, user: int, pool: list[Shown] = pool, rejected: list[str] = rejected
+        ) -> None:
+            held.build(user, PROJECT, *read_afresh(pool, rejected), MARK)
+
+        measured = held_bytes(once)
+        once(layouts, 1)
+        assert measured <= layouts.held_bytes <= 1.25 * measured
+
+
+def test_held_layouts_stay_within_their_byte_budget() -> None:
+    """Users with the longest pools are evicted, oldest first, before the estimate passes the budget."""
+    longest = [user_row(i, f"{i:03}" + "长" * 117) for i in range(1, 201)]
+    rejected = [f"{i:03}" + "拒" * 497 for i in range(200)]
+    layouts = PromptLayouts(100, budget_bytes=1 << 20)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        for user in range(1, 11):
+            layouts.build(user, PROJECT, *read_afresh(longest, rejected), MARK)
+            assert layouts.held_bytes <= 1 << 20
+        gc.collect()
+        measured = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert 1 < len(layouts) < 10 and measured <= 1.1 * (1 << 20)
+    reworded = [user_row(1, "改过的事实"), *longest[1:]]
+    assert changes(layouts.build(1, PROJECT, reworded, rejected, MARK)) == []  # the first, evicted
+    assert changes(layouts.build(10, PROJECT, reworded, rejected, MARK)) == ["1\tuser\t改过的事实"]  # held
