@@ -116,18 +116,24 @@ def sqlite_url(directory: Path) -> str:
 
 @pytest.fixture(params=["mysql", "sqlite"])
 async def stack(
-    request: pytest.FixtureRequest, mariadb: MariaDbDatabase, tmp_path: Path, model_base: str, user_id: int
+    request: pytest.FixtureRequest, tmp_path: Path, model_base: str, user_id: int
 ) -> AsyncIterator[Stack]:
-    """MariaDB as the session migrated it; SQLite from revision 0001 holding the users' lookalike
-    twins, upgraded to head before the service starts."""
-    twins = None
+    """A MariaDB database of the simulation's own, as the year-end quality figures count every
+    user's memories; SQLite from revision 0001 holding the users' lookalike twins, upgraded to head
+    before the service starts."""
+    twins, own = None, None
     if request.param == "mysql":
-        url = mariadb.url
+        own = MariaDbDatabase().create()
+        url = own.url
     else:
         url, twins = migrate_twins(tmp_path, [user_id + i for i in range(USERS)])
-    async with service_stack(url, model_base) as built:
-        built.twins = twins
-        yield built
+    try:
+        async with service_stack(url, model_base) as built:
+            built.twins = twins
+            yield built
+    finally:
+        if own is not None:
+            own.drop()
 
 
 Simulate = Callable[..., Awaitable[Tally]]
