@@ -1,6 +1,6 @@
 """The stateful model of the pool's lifecycle (`tests/integration/test_pool_lifecycle_model.py`) at
 the fault suite's example count (`make faults` sets MEMORY_FUZZ_EXAMPLES): a larger count runs
-without shrinking, and a failure prints its example count and its seed."""
+without shrinking, and a failure prints the example it was first found at and its seed."""
 
 from __future__ import annotations
 

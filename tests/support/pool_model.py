@@ -1,12 +1,13 @@
 """The plain-Python reference of a pool's rules that the stateful lifecycle test checks the database
-against (issue 39): a memory's history replayed to its state, and the scripted model's answers to
-extraction and consolidation prompts in the format the request asked for."""
+against (issue 39): a memory's history replayed to its state, the per-user extraction budget, and the
+scripted model's answers to extraction and consolidation prompts in the format the request asked for."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 from service.core import consolidation as c
@@ -44,6 +45,25 @@ def replay(trail: Iterable[Mapping[str, Any]], start: tuple[str, str] | None) ->
         status = _STATUS.get(action, state[0])
         state = (status, state[1] if new is None else new) if status != "gone" else GONE
     return Replayed(state, erased)
+
+
+@dataclass
+class Budget:
+    """The per-user extraction budget's rule: an event is admitted while fewer than `per_day` of the
+    user's extractions are at most 24 hours old, and refused only when that many are."""
+
+    per_day: int
+    extractions: list[datetime] = field(default_factory=list)
+
+    def spent(self, now: datetime) -> int:
+        return sum(at >= now - timedelta(hours=24) for at in self.extractions)
+
+    def admits(self, now: datetime) -> bool:
+        return self.spent(now) < self.per_day
+
+    def extracted(self, now: datetime) -> None:
+        assert self.admits(now), f"an extraction past the budget of {self.per_day} a day"
+        self.extractions.append(now)
 
 
 def formatted(request: Request) -> bool:
