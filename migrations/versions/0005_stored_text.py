@@ -18,7 +18,6 @@ rows written before may hold them. This revision removes them, by the rule as it
 Then every `dedup_hash` is recomputed, and rows of one user that now share one are folded by
 migration 0002's precedence (`merge_twins`), with the same history rows: a key that differed only by
 a direction mark, or a content only by a NUL or an invisible character, made two rows of one fact.
-(Migration 0002 folds these already on a database it upgrades from revision 0001: `cleaned`.)
 
 Revision ID: 0005
 Revises: 0004
@@ -111,29 +110,19 @@ def _clean_history(conn: sa.Connection) -> None:
                 )
 
 
-def cleaned(scope: str, project_key: str, content: str) -> tuple[str, str, str] | None:
-    """A row's (scope, project key, content) as this revision leaves it; None for a row it deletes.
-    Migration 0002 groups twins by it, so that a revision-0001 pool folds once."""
-    content, key = _clean(content), _clean_key(project_key)
-    if not has_visible_text(content):
-        return None
-    if scope == "PROJECT" and has_visible_text(key):
-        return "PROJECT", key, content
-    return "USER", "", content
-
-
 def _clean_items(conn: sa.Connection, lifecycle: ModuleType) -> None:
     item = lifecycle.item
     now = datetime.now(UTC).replace(tzinfo=None)
     for row in conn.execute(sa.select(item)).mappings().all():
-        left = cleaned(row["scope"], row["project_key"], row["content"])
-        if left is None:
+        content, key = _clean(row["content"]), _clean_key(row["project_key"])
+        if not has_visible_text(content):
             conn.execute(item.delete().where(item.c.id == row["id"]))
-            lifecycle._record(conn, dict(row), "delete", _clean(row["content"]), None, now)
+            lifecycle._record(conn, dict(row), "delete", content, None, now)
             continue
-        values = dict(zip(("scope", "project_key", "content"), left, strict=True))
-        if values != {name: row[name] for name in values}:
-            conn.execute(item.update().where(item.c.id == row["id"]).values(**values))
+        scope = "PROJECT" if row["scope"] == "PROJECT" and has_visible_text(key) else "USER"
+        cleaned = {"content": content, "project_key": key if scope == "PROJECT" else "", "scope": scope}
+        if cleaned != {name: row[name] for name in cleaned}:
+            conn.execute(item.update().where(item.c.id == row["id"]).values(**cleaned))
 
 
 def _clean_projects(conn: sa.Connection) -> None:
