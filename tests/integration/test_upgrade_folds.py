@@ -89,3 +89,30 @@ def test_a_survivor_restored_by_a_fold_carries_only_its_twins_word(dialect: str,
     ]
     [row] = upgraded(dialect, tmp_path, rows)
     assert (row["status"], row["dismissed_by"]) == ("DISMISSED", "USER")
+
+
+def test_rows_twins_under_no_one_rule_stay_apart(dialect: str, tmp_path: Path) -> None:
+    """A NUL is a space to 0002's identity and nothing once 0005 removes it: N ("pnpm\\x009") is the
+    twin of S ("pnpm 9", rejected by the user on day 5) now and of J ("pnpm9", the user's, day 7)
+    later, but S and J are twins under neither rule. Folded by each rule in turn, S keeps the
+    rejection of its own fact; grouped as one, J's later word takes it and "pnpm 9" could come back."""
+    rows = [
+        OldRow(1, 9, "prefer pnpm 9", "AUTO", "DISMISSED", [("insert", "auto", 0), ("dismiss", "user", 5)]),
+        OldRow(2, 9, "prefer pnpm\x009", "AUTO", "ACTIVE", [("insert", "auto", 1)]),
+        OldRow(3, 9, "prefer pnpm9", "MANUAL", "ACTIVE", [("create", "user", 7)]),
+    ]
+    kept = {row["content"]: (row["status"], row["dismissed_by"]) for row in upgraded(dialect, tmp_path, rows)}
+    assert kept == {"prefer pnpm 9": ("DISMISSED", "USER"), "prefer pnpm9": ("ACTIVE", None)}
+
+
+def test_two_manual_facts_twins_under_no_one_rule_both_stay(dialect: str, tmp_path: Path) -> None:
+    """The user wrote "pnpm 9" and "pnpm9", two facts under either rule; the model's "pnpm\\x009" is
+    the twin of the first now and of the second later. Neither of the user's rows is the machine's
+    to delete."""
+    rows = [
+        OldRow(1, 9, "prefer pnpm 9", "MANUAL", "ACTIVE", [("create", "user", 0)]),
+        OldRow(2, 9, "prefer pnpm\x009", "AUTO", "ACTIVE", [("insert", "auto", 1)]),
+        OldRow(3, 9, "prefer pnpm9", "MANUAL", "ACTIVE", [("create", "user", 2)]),
+    ]
+    kept = {row["content"]: row["source"] for row in upgraded(dialect, tmp_path, rows)}
+    assert kept == {"prefer pnpm 9": "MANUAL", "prefer pnpm9": "MANUAL"}
