@@ -223,7 +223,7 @@ class PromptLayouts:
         self._budget = budget_bytes
         self._users: OrderedDict[int, _UserBlock] = OrderedDict()
         self._bytes: dict[int, int] = {}
-        self._held = 0
+        self._held_total = 0
 
     def __len__(self) -> int:
         return len(self._users)
@@ -231,7 +231,7 @@ class PromptLayouts:
     @property
     def held_bytes(self) -> int:
         """The estimated bytes of every layout held: never above the budget."""
-        return self._held
+        return self._held_total
 
     def build(
         self,
@@ -244,24 +244,6 @@ class PromptLayouts:
         """The prompt memories of a comparison set (`rows`, and `dismissed` newest first, read under
         the removal `mark`), extending the user's held layout where it was built under the same
         mark, is of the same project and its log stays in bounds."""
-        laid = self._build(user_id, project_key, rows, dismissed, mark)
-        if (user := self._users.get(user_id)) is not None:
-            size = user.footprint()
-            self._held += size - self._bytes.get(user_id, 0)
-            self._bytes[user_id] = size
-        while self._users and (len(self._users) > self._limit or self._held > self._budget):
-            evicted, _ = self._users.popitem(last=False)
-            self._held -= self._bytes.pop(evicted)
-        return laid
-
-    def _build(
-        self,
-        user_id: int,
-        project_key: str | None,
-        rows: Iterable[Shown],
-        dismissed: Sequence[str],
-        mark: int | None,
-    ) -> LaidOut:
         if self._limit == 0:
             existing = ComparisonSet.of(rows, dismissed)
             return LaidOut(existing, tuple(memory_blocks(existing)))
@@ -275,17 +257,35 @@ class PromptLayouts:
             if layout is not None and not layout.retracted(lines):
                 aliases = layout.extend(user, ordered, lines)
                 if len(layout.log) <= self._log_share * layout.frozen_chars:
-                    return LaidOut(ComparisonSet(aliases, dismissed), layout.memories(user))
+                    return self._held(user_id, user, layout, aliases, dismissed)
             layout = _ProjectLayout.fresh(user, ordered, lines)
             aliases = layout.extend(user, ordered, lines)  # what changed in the USER block
             present = {row_id for row_id, *_ in ordered}
             gone = sum(len(text) for row_id, (_, _, text) in user.rows.items() if row_id not in present)
             if len(layout.log) + gone <= self._drift_share * layout.frozen_chars:
                 user.project_key, user.layout = project_key, layout
-                return LaidOut(ComparisonSet(aliases, dismissed), layout.memories(user))
+                return self._held(user_id, user, layout, aliases, dismissed)
         user = _UserBlock.fresh(ordered, project_key, mark)
-        user.layout = _ProjectLayout.fresh(user, ordered, lines)
-        aliases = user.layout.extend(user, ordered, lines)  # appends nothing: all is listed afresh
+        user.layout = layout = _ProjectLayout.fresh(user, ordered, lines)
+        aliases = layout.extend(user, ordered, lines)  # appends nothing: all is listed afresh
         self._users[user_id] = user
         self._users.move_to_end(user_id)
-        return LaidOut(ComparisonSet(aliases, dismissed), user.layout.memories(user))
+        return self._held(user_id, user, layout, aliases, dismissed)
+
+    def _held(
+        self,
+        user_id: int,
+        user: _UserBlock,
+        layout: _ProjectLayout,
+        aliases: dict[int, Shown],
+        dismissed: Sequence[str],
+    ) -> LaidOut:
+        """The prompt of the user's layout, its size counted and the least recently served let go
+        while the held layouts pass their count or their budget (this one too, alone past it)."""
+        size = user.footprint()
+        self._held_total += size - self._bytes.get(user_id, 0)
+        self._bytes[user_id] = size
+        while self._users and (len(self._users) > self._limit or self._held_total > self._budget):
+            evicted, _ = self._users.popitem(last=False)
+            self._held_total -= self._bytes.pop(evicted)
+        return LaidOut(ComparisonSet(aliases, dismissed), layout.memories(user))
