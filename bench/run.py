@@ -630,7 +630,8 @@ def steady_rows(c: dict[str, Any]) -> list[tuple[str, str, str, dict[str, Any]]]
         (
             "10 cost of those calls at list prices, without and with a prompt cache",
             cache_line(mix["cache"]),
-            f"{mix['cache']['cached_share']:.0%} of prompt tokens cached",
+            ", ".join(f"{model} {share:.0%}" for model, share in mix["cache"]["read_share"].items())
+            + " of prompt tokens read from the cache",
             {"target": "none (a figure)", "met": True},
         ),
     ]
