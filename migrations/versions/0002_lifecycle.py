@@ -39,10 +39,13 @@
   twin its creation too; never its `updated_at`, which revision 0001 also moved when the machine
   touched a row on an exact hit, nor an entry in the trail of a deleted row whose id revision
   0001's SQLite gave to a new one (moved away above). A machine-made twin the user never restored
-  carries no word of theirs. Folding in steps (0002, then 0005) thus ends in the state folding all
-  twins at once gives, but for one case: a survivor this fold restores (a MANUAL row dismissed for
-  room, whose twin was ACTIVE) brings its own words to the next fold, which at once would not count
-  (`test_upgrade_folds.py`, marked xfail). `dismissed_by` is derived before the merge (above), so all of this holds on
+  carries no word of theirs. The rows migration 0005's cleaning will make twins (a key differing by
+  a direction mark, a text by a NUL) fold here with them, in one fold, when every row of each group
+  cleans to the same fact (`_facts`): folded in two steps, a survivor this fold restored (a MANUAL
+  row dismissed for room, whose twin was ACTIVE) would bring its own words to 0005's fold, where the
+  precedence reads only ACTIVE twins'. A group whose rows clean apart (a NUL, a space to the identity
+  rule, is nothing once cleaned) folds by the identity rule alone, its rows being twins under no one
+  rule with the others. `dismissed_by` is derived before the merge (above), so all of this holds on
   a revision-0001 database. Two MANUAL twins cannot both stay, `(user_id, dedup_hash)` being unique:
   one survives by the lines above and the other is deleted. Nothing the user said is lost: the two
   texts differ only by compatibility forms and invisible characters, the survivor carries the
@@ -57,8 +60,11 @@ Create Date: 2026-12-03
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import ModuleType
 from typing import Any, Literal, NamedTuple
 
 import sqlalchemy as sa
@@ -185,18 +191,46 @@ def _rehash(conn: sa.Connection) -> None:
     twins: dict[tuple[int, str], list[dict[str, Any]]] = {}
     for row in rows:
         digest = dedup_hash(Scope(row["scope"]), row["project_key"], row["content"])
-        twins.setdefault((row["user_id"], digest), []).append(dict(row))
+        twins.setdefault((row["user_id"], digest), []).append(dict(row) | {"digest": digest})
     now = datetime.now(UTC).replace(tzinfo=None)
     changed: list[tuple[int, str]] = []
-    for (user_id, digest), group in twins.items():
-        kept = group[0] if len(group) == 1 else _fold(conn, user_id, group, now)
-        if kept["dedup_hash"] != digest:
-            changed.append((kept["id"], digest))
+    for group in _facts(twins):
+        kept = group[0] if len(group) == 1 else _fold(conn, group[0]["user_id"], group, now)
+        if kept["dedup_hash"] != kept["digest"]:
+            changed.append((kept["id"], kept["digest"]))
     # Two passes: a row's new hash may still be another row's old one until that row is updated.
     for row_id, _ in changed:
         conn.execute(item.update().where(item.c.id == row_id).values(dedup_hash=f"rehash-{row_id}"[:40]))
     for row_id, digest in changed:
         conn.execute(item.update().where(item.c.id == row_id).values(dedup_hash=digest))
+
+
+def _facts(twins: dict[tuple[int, str], list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:
+    """The groups folded now: twins by the identity rule, joined with the groups that migration
+    0005's cleaning will make their twins, where every row of each group cleans to one fact.
+
+    One fold of a fact's twins, not one here and another in 0005: a survivor this fold restored
+    would otherwise bring its own words, which the precedence reads only from ACTIVE twins, to the
+    next fold. A group whose rows clean apart (a NUL is a space to the identity rule and nothing
+    once cleaned) folds by the identity rule alone: joining it would fold rows that are twins under
+    neither rule. On rows already cleaned (0005, 0006) the two groupings are one."""
+    cleaned_hash = _stored_text().cleaned_hash
+    facts: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    for (user_id, digest), group in twins.items():
+        final = {cleaned_hash(row) for row in group}
+        one = final.pop() if len(final) == 1 else None
+        facts.setdefault((user_id, f"fact {one}" if one else f"twins {digest}"), []).extend(group)
+    return list(facts.values())
+
+
+def _stored_text() -> ModuleType:
+    """Migration 0005, whose cleaning tells which rows the upgrade will make twins."""
+    path = Path(__file__).with_name("0005_stored_text.py")
+    spec = importlib.util.spec_from_file_location("_migration_0005", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 State = tuple[str, str | None]  # (status, dismissed_by)

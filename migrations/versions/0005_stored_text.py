@@ -27,14 +27,24 @@ Create Date: 2026-12-04
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
 
-from service.core.normalize import has_visible_text, hostile_character, strip_hostile, strip_identifier, trim
+from service.core.model import Scope
+from service.core.normalize import (
+    dedup_hash,
+    has_visible_text,
+    hostile_character,
+    strip_hostile,
+    strip_identifier,
+    trim,
+)
 
 revision = "0005"
 down_revision = "0004"
@@ -110,19 +120,36 @@ def _clean_history(conn: sa.Connection) -> None:
                 )
 
 
+def cleaned(row: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """(scope, project key, content) as this revision leaves a `memory_item` row; None: deleted."""
+    content, key = _clean(row["content"]), _clean_key(row["project_key"])
+    if not has_visible_text(content):
+        return None
+    if row["scope"] == "PROJECT" and has_visible_text(key):
+        return "PROJECT", key, content
+    return "USER", "", content
+
+
+def cleaned_hash(row: Mapping[str, Any]) -> str | None:
+    """The row's hash once cleaned; None for a row this revision deletes."""
+    if (kept := cleaned(row)) is None:
+        return None
+    scope, key, content = kept
+    return dedup_hash(Scope(scope), key, content)
+
+
 def _clean_items(conn: sa.Connection, lifecycle: ModuleType) -> None:
     item = lifecycle.item
     now = datetime.now(UTC).replace(tzinfo=None)
     for row in conn.execute(sa.select(item)).mappings().all():
-        content, key = _clean(row["content"]), _clean_key(row["project_key"])
-        if not has_visible_text(content):
+        if (kept := cleaned(row)) is None:
             conn.execute(item.delete().where(item.c.id == row["id"]))
-            lifecycle._record(conn, dict(row), "delete", content, None, now)
+            lifecycle._record(conn, dict(row), "delete", _clean(row["content"]), None, now)
             continue
-        scope = "PROJECT" if row["scope"] == "PROJECT" and has_visible_text(key) else "USER"
-        cleaned = {"content": content, "project_key": key if scope == "PROJECT" else "", "scope": scope}
-        if cleaned != {name: row[name] for name in cleaned}:
-            conn.execute(item.update().where(item.c.id == row["id"]).values(**cleaned))
+        scope, key, content = kept
+        values = {"scope": scope, "project_key": key, "content": content}
+        if values != {name: row[name] for name in values}:
+            conn.execute(item.update().where(item.c.id == row["id"]).values(**values))
 
 
 def _clean_projects(conn: sa.Connection) -> None:

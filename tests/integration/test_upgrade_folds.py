@@ -73,12 +73,11 @@ def test_a_reused_ids_earlier_trail_is_not_the_users_word_on_the_new_row(
     assert (row["id"], row["status"], row["dismissed_by"]) == (10, "DISMISSED", "USER")
 
 
-@pytest.mark.xfail(strict=True, reason="a fold's restore carries the survivor's own words, not its twins'")
 def test_a_survivor_restored_by_a_fold_carries_only_its_twins_word(dialect: str, tmp_path: Path) -> None:
-    """Known gap. 0002 folds S (the user's edit of a row demoted for room, day 7) with R (restored by
-    the user on day 3) into S, restored by the migration; 0005 adds X, rejected on day 5. At once, the
-    precedence reads only ACTIVE twins' words (R's, day 3 < 5): DISMISSED. In steps S is ACTIVE by
-    then, and its own edit (day 7) outweighs the rejection."""
+    """S (the user's edit of a row demoted for room, day 7) and R (restored by the user on day 3) are
+    twins for 0002; X (rejected on day 5) becomes theirs once 0005 removes its NUL. The precedence
+    reads only ACTIVE twins' words (R's, day 3 < 5): DISMISSED. Folded in steps, 0002 would restore S
+    and its own edit (day 7) would outweigh the rejection in 0005's fold."""
     edited = [("insert", "auto", 5), ("demote", "auto", 6), ("edit", "user", 7)]
     restored = [("insert", "auto", 1), ("demote", "auto", 2), ("restore", "user", 3)]
     rejected = [("insert", "auto", 4), ("dismiss", "user", 5)]
