@@ -11,7 +11,10 @@
   other), a gone memory's, before anything below reads the history: it is no word on the new row,
   and no fold carries it along.
 - Every `dedup_hash` is recomputed with the identity rule (NFKC, invisible characters removed,
-  whitespace folded). Rows of one user that now share a hash ("twins") become one row: the survivor.
+  whitespace folded) over the text as the upgrade leaves it: migration 0005's cleaning first (a NUL
+  or a key's direction mark removed, a key with nothing visible made the USER scope's), so that each
+  fact folds once, here, and 0005 finds no new twins (`_digest_at_head`). Rows of one user that now
+  share a hash ("twins") become one row: the survivor.
   Each other twin is deleted, its history rows move under the survivor, and the survivor gets a
   `merge` history row (actor `migration`, old content = the twin's text). A change of the survivor's
   state is recorded as `dismiss` or `restore` (actor `migration`). The precedence never loses a
@@ -39,18 +42,16 @@
   twin its creation too; never its `updated_at`, which revision 0001 also moved when the machine
   touched a row on an exact hit, nor an entry in the trail of a deleted row whose id revision
   0001's SQLite gave to a new one (moved away above). A machine-made twin the user never restored
-  carries no word of theirs. The rows migration 0005's cleaning will make twins (a key differing by
-  a direction mark, a text by a NUL) fold here with them, in one fold, when every row of each group
-  cleans to the same fact (`_facts`): folded in two steps, a survivor this fold restored (a MANUAL
-  row dismissed for room, whose twin was ACTIVE) would bring its own words to 0005's fold, where the
-  precedence reads only ACTIVE twins'. A group whose rows clean apart (a NUL, a space to the identity
-  rule, is nothing once cleaned) folds by the identity rule alone, its rows being twins under no one
-  rule with the others. `dismissed_by` is derived before the merge (above), so all of this holds on
-  a revision-0001 database. Two MANUAL twins cannot both stay, `(user_id, dedup_hash)` being unique:
-  one survives by the lines above and the other is deleted. Nothing the user said is lost: the two
-  texts differ only by compatibility forms and invisible characters, the survivor carries the
-  user's latest decision about the fact, and the deleted row's exact text (the `merge` row's old
-  content) and whole history are in the survivor's history.
+  carries no word of theirs. Folded in two steps, a survivor this fold restored (a MANUAL row
+  dismissed for room, whose twin was ACTIVE) would bring its own words to 0005's fold, where the
+  precedence reads only ACTIVE twins'; and two texts the identity rule reads alike but that clean
+  apart ("pnpm\\x009", "pnpm 9") would lose one fact's row. `dismissed_by` is derived before the
+  merge (above), so all of this holds on a revision-0001 database. Two MANUAL twins cannot both
+  stay, `(user_id, dedup_hash)` being unique: one survives by the lines above and the other is
+  deleted. Nothing the user said is lost: the two texts differ only by compatibility forms,
+  invisible characters and what 0005 removes, the survivor carries the user's latest decision about
+  the fact, and the deleted row's exact text (the `merge` row's old content) and whole history are
+  in the survivor's history.
 - `memory_user_state.consolidation_due_at` replaces `last_consolidated_at` (last run + 24 h).
 
 Revision ID: 0002
@@ -61,7 +62,7 @@ Create Date: 2026-12-03
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
@@ -188,16 +189,16 @@ def _rehash(conn: sa.Connection) -> None:
     rows = (
         conn.execute(sa.select(item).order_by(item.c.user_id, item.c.created_at, item.c.id)).mappings().all()
     )
+    digest_of = _digest_at_head()
     twins: dict[tuple[int, str], list[dict[str, Any]]] = {}
     for row in rows:
-        digest = dedup_hash(Scope(row["scope"]), row["project_key"], row["content"])
-        twins.setdefault((row["user_id"], digest), []).append(dict(row) | {"digest": digest})
+        twins.setdefault((row["user_id"], digest_of(row)), []).append(dict(row))
     now = datetime.now(UTC).replace(tzinfo=None)
     changed: list[tuple[int, str]] = []
-    for group in _facts(twins):
-        kept = group[0] if len(group) == 1 else _fold(conn, group[0]["user_id"], group, now)
-        if kept["dedup_hash"] != kept["digest"]:
-            changed.append((kept["id"], kept["digest"]))
+    for (user_id, digest), group in twins.items():
+        kept = group[0] if len(group) == 1 else _fold(conn, user_id, group, now)
+        if kept["dedup_hash"] != digest:
+            changed.append((kept["id"], digest))
     # Two passes: a row's new hash may still be another row's old one until that row is updated.
     for row_id, _ in changed:
         conn.execute(item.update().where(item.c.id == row_id).values(dedup_hash=f"rehash-{row_id}"[:40]))
@@ -205,22 +206,17 @@ def _rehash(conn: sa.Connection) -> None:
         conn.execute(item.update().where(item.c.id == row_id).values(dedup_hash=digest))
 
 
-def _facts(twins: dict[tuple[int, str], list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:
-    """The groups folded now: twins by the identity rule, joined with the groups that migration
-    0005's cleaning will make their twins, where every row of each group cleans to one fact.
-
-    One fold of a fact's twins, not one here and another in 0005: a survivor this fold restored
-    would otherwise bring its own words, which the precedence reads only from ACTIVE twins, to the
-    next fold. A group whose rows clean apart (a NUL is a space to the identity rule and nothing
-    once cleaned) folds by the identity rule alone: joining it would fold rows that are twins under
-    neither rule. On rows already cleaned (0005, 0006) the two groupings are one."""
+def _digest_at_head() -> Callable[[Mapping[str, Any]], str]:
+    """A row's hash by the identity of its text as the upgrade leaves it: migration 0005's cleaning
+    (a NUL or a direction mark removed, a key with nothing visible made USER) and then the identity
+    rule. A row 0005 deletes as blank keeps the identity of its text as it is."""
     cleaned_hash = _stored_text().cleaned_hash
-    facts: dict[tuple[int, str], list[dict[str, Any]]] = {}
-    for (user_id, digest), group in twins.items():
-        final = {cleaned_hash(row) for row in group}
-        one = final.pop() if len(final) == 1 else None
-        facts.setdefault((user_id, f"fact {one}" if one else f"twins {digest}"), []).extend(group)
-    return list(facts.values())
+
+    def digest(row: Mapping[str, Any]) -> str:
+        kept: str | None = cleaned_hash(row)
+        return kept or dedup_hash(Scope(row["scope"]), row["project_key"], row["content"])
+
+    return digest
 
 
 def _stored_text() -> ModuleType:

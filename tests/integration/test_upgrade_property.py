@@ -53,11 +53,18 @@ EXAMPLES = int(os.environ.get("MEMORY_FUZZ_EXAMPLES", "10"))
 MARIADB_EXAMPLES = max(2, EXAMPLES // 5)  # a database created and migrated per example: ~1 s each
 REVISIONS = ["0001", "0002", "0004", "0006"]
 USER = 77
-# Facts and their lookalikes: 0002's identity makes the first three twins; the NUL and the direction
-# mark in a key only 0005's cleaning removes. The blank ones 0005 deletes.
+# Facts and their lookalikes: the identity rule makes the first three twins; the NUL and the direction
+# mark in a key only 0005's cleaning removes. The identity rule reads a NUL as a space, so the last
+# text reads as the NUL's but is a fact of its own. The blank ones 0005 deletes.
 TEXTS = [
-    ["报告写成中文!", "报告写成中文！", "报告写成\u200b中文!", "报告写成\x00中文!"],
-    ["用 pnpm 管理依赖", "用 pnpm\u2060 管理依赖", "用\u3000pnpm 管理依赖", "用 pnpm 管理\x00依赖"],
+    ["报告写成中文!", "报告写成中文！", "报告写成\u200b中文!", "报告写成\x00中文!", "报告写成 中文!"],
+    [
+        "用 pnpm 管理依赖",
+        "用 pnpm\u2060 管理依赖",
+        "用\u3000pnpm 管理依赖",
+        "用 pnpm 管理\x00依赖",
+        "用 pnpm 管理 依赖",
+    ],
     ["\u200b", "\u2800\u200b"],
 ]
 # "" is the USER scope; the last has nothing visible. Repeats make twins likelier.
