@@ -196,37 +196,126 @@ def test_in_one_project_gone_user_rows_stay_listed_until_the_log_passes_its_boun
     assert laid.memories[0] == first.memories[0] and changes(laid)[:2] == ["1", "2"]
 
 
-def test_a_dismissal_taken_back_lists_the_project_afresh() -> None:
+def test_a_dismissal_taken_back_cuts_the_prompt_at_its_line() -> None:
+    """A log cannot take a dismissal back: the Dismissed block is listed again from the first fact
+    no longer dismissed, and the log starts over; what comes before stays the previous prompt's."""
     rows, dismissed = pool_rows()
     layouts = PromptLayouts(10)
     first = layouts.build(7, PROJECT, rows, dismissed, MARK)
     layouts.build(7, PROJECT, [*rows, user_row(9_000, "新")], ["又拒绝一个", *dismissed], MARK)
     restored = layouts.build(7, PROJECT, [*rows, user_row(9_000, "新")], dismissed[1:], MARK)
-    assert restored.memories[0] == f"{first.memories[0]}\n182\t新"  # the USER block extended
-    assert changes(restored) == []
+
+    before = message(first)
+    taken_back = f"-\t{dismissed_lines(dismissed[:1])[0]}"
+    assert message(restored).startswith(before[: before.index(taken_back)])
+    assert restored.memories[:2] == first.memories[:2]  # the USER and PROJECT blocks
+    assert changes(restored) == ["181\tuser\t新"]  # the row keeps its alias
     assert prompt_data(message(restored))["dismissed"] == dismissed_lines(dismissed[1:])
 
 
-def test_a_layout_is_extended_only_under_the_removal_mark_it_was_built_under() -> None:
-    """A delete draws a new mark and an erasure leaves none: the frozen blocks list rows since gone,
-    whose words the user may have deleted, so the next prompt is the fresh one and holds no word of
-    them."""
-    rows = [user_row(i, f"用户事实 {i}") for i in range(1, 21)]
-    deleted = [r for r in rows if r[0] != 5]
-    layouts = PromptLayouts(10)
-    layouts.build(7, None, rows, [], MARK)
-    assert changes(layouts.build(7, None, deleted, [], MARK)) == ["5"]  # a demotion, say: extended
+def twenty_users(layouts: PromptLayouts, gone: int) -> tuple[list[Shown], LaidOut]:
+    """Twenty USER rows and five of the project laid out, then the USER row `gone` gone (a
+    demotion, say) under the same mark: its alias alone in the log."""
+    rows = [user_row(i, f"用户事实 {i:02}") for i in range(1, 21)]
+    rows += [project_row(i, f"项目事实 {i}") for i in range(30, 35)]
+    first = layouts.build(7, PROJECT, rows, [], MARK)
+    rows = [r for r in rows if r[0] != gone]
+    assert changes(layouts.build(7, PROJECT, rows, [], MARK)) == [str(gone)]
+    return rows, first
 
-    for mark in (MARK + 1, None):  # a delete, an erasure
-        laid = layouts.build(7, None, deleted, [], mark)
-        fresh = ComparisonSet.of(deleted, [])
-        assert message(laid, None) == build_extraction_messages("u", "a", None, fresh)[1]["content"]
-        assert "用户事实 5" not in message(laid, None) and laid.existing == fresh
-    # Under no mark nothing is held for later: the next prompt is the fresh one again.
-    after = layouts.build(7, None, deleted[1:], [], None)
-    assert after.existing == ComparisonSet.of(deleted[1:], []) and changes(after) == []
-    assert changes(layouts.build(7, None, deleted, [], MARK)) == []
-    assert changes(layouts.build(7, None, deleted[1:], [], MARK)) == ["1"]
+
+def reads_back(laid: LaidOut, rows: list[Shown], project_key: str | None = PROJECT) -> bool:
+    data = prompt_data(message(laid, project_key))
+    said = {e["id"]: e["content"] for e in data["existing"]}
+    return said == {alias: shown[3] for alias, shown in laid.existing.aliases.items()} and sorted(
+        laid.existing.aliases.values()
+    ) == sorted(rows)
+
+
+def test_under_a_new_removal_mark_the_prompt_is_cut_at_the_first_row_whose_words_may_be_deleted() -> None:
+    """A delete draws a new mark: the frozen blocks list rows since gone, and a gone row's words may
+    be the deleted ones, unless the database still holds them (`kept`). The prompt is the previous
+    one up to the first row that may say them; what follows is listed again, each row under its
+    alias, and no line says a row whose words may be deleted."""
+    for kept, cut_at in (([5], 15), ([], 5)):  # row 5's words still held; or none known
+        layouts = PromptLayouts(10)
+        rows, first = twenty_users(layouts, gone=5)
+        rows = [r for r in rows if r[0] != 15]  # deleted
+        assert layouts.unsure(7, PROJECT, rows, MARK + 1) == [5, 15]
+        laid = layouts.build(7, PROJECT, rows, [], MARK + 1, kept)
+
+        before = message(first)
+        assert message(laid).startswith(before[: before.index(f"\n{cut_at}\t用户事实 {cut_at:02}")])
+        assert "用户事实 15" not in message(laid) and reads_back(laid, rows)
+        assert ("用户事实 05" in message(laid)) == (cut_at == 15)  # listed while its words are held
+        users = {shown[0]: alias for alias, shown in laid.existing.aliases.items() if shown[1] == USER}
+        assert users == {row_id: row_id for row_id in range(1, 21) if row_id not in (5, 15)}
+        assert changes(laid) == (["5"] if cut_at == 15 else [])
+        assert layouts.unsure(7, PROJECT, rows, MARK + 1) == []  # held under the new mark
+
+
+def test_a_row_deleted_after_the_blocks_were_listed_cuts_the_log_at_its_first_line() -> None:
+    layouts = PromptLayouts(10)
+    rows, first = twenty_users(layouts, gone=5)
+    rows += [user_row(40, "后来的事实"), user_row(41, "再后来的事实")]
+    assert changes(layouts.build(7, PROJECT, rows, ["拒绝"], MARK)) == [
+        "5",
+        "26\tuser\t后来的事实",
+        "27\tuser\t再后来的事实",
+        "-\t拒绝",
+    ]
+    rows = [r for r in rows if r[0] != 40]
+
+    laid = layouts.build(7, PROJECT, rows, ["拒绝"], MARK + 1, kept=[5])
+
+    assert laid.memories[:2] == first.memories[:2] and "后来的事实" not in message(laid).replace("再后来", "")
+    assert changes(laid) == ["5", "27\tuser\t再后来的事实", "-\t拒绝"] and reads_back(laid, rows)
+
+
+def test_a_line_saying_a_deleted_rows_words_is_cut_whatever_row_it_lists() -> None:
+    """Row 3 said the words first, then was reworded; row 9 said them later and is deleted. Row 3
+    stays, but its frozen line carries the deleted words."""
+    layouts = PromptLayouts(10)
+    rows, first = twenty_users(layouts, gone=5)
+    rows = [user_row(3, "新说法") if r[0] == 3 else r for r in rows] + [user_row(50, "用户事实 03")]
+    layouts.build(7, PROJECT, rows, [], MARK)
+    rows = [r for r in rows if r[0] != 50]
+
+    laid = layouts.build(7, PROJECT, rows, [], MARK + 1, kept=[5])
+
+    assert "用户事实 03" not in message(laid) and "\t新说法" in message(laid) and reads_back(laid, rows)
+    assert laid.memories[0].startswith(first.memories[0][: first.memories[0].index("\n3\t")])
+
+
+def test_a_removal_mark_changed_at_a_project_switch_cuts_the_user_block() -> None:
+    layouts = PromptLayouts(10)
+    rows, first = twenty_users(layouts, gone=5)
+    beta = [r for r in rows if r[1] == USER and r[0] != 12] + [project_row(60, "beta 事实", "beta")]
+
+    laid = layouts.build(7, "beta", beta, [], MARK + 1, kept=[5])
+
+    assert message(laid, "beta").startswith(message(first)[: message(first).index("\n12\t")])
+    assert "用户事实 12" not in message(laid, "beta") and "项目事实" not in message(laid, "beta")
+    assert reads_back(laid, beta, "beta") and changes(laid) == ["5"]
+
+
+def test_an_erasure_lays_the_prompt_out_afresh_and_holds_it_for_no_later_one() -> None:
+    """An erasure removes the lock row and its mark: no word held from before may stay."""
+    layouts = PromptLayouts(10)
+    rows, _ = twenty_users(layouts, gone=5)
+    assert layouts.unsure(7, PROJECT, rows, None) == []
+    for mark in (None, None, MARK):
+        laid = layouts.build(7, PROJECT, rows, [], mark, kept=[5])
+        fresh = build_extraction_messages("u", "a", PROJECT, ComparisonSet.of(rows, []))
+        assert message(laid) == fresh[1]["content"] and laid.existing == ComparisonSet.of(rows, [])
+    assert changes(layouts.build(7, PROJECT, rows[1:], [], MARK)) == ["1"]
+
+
+def test_a_row_back_after_it_was_gone_keeps_its_alias() -> None:
+    layouts = PromptLayouts(10)
+    rows, _ = twenty_users(layouts, gone=5)
+    back = layouts.build(7, PROJECT, [*rows, user_row(5, "用户事实 05")], [], MARK)
+    assert changes(back) == ["5", "5\tuser\t用户事实 05"] and back.existing.resolve(5) is not None
 
 
 def test_held_layouts_are_bounded_by_user() -> None:
@@ -275,24 +364,35 @@ step = st.tuples(
     st.sampled_from(PROJECTS),
     st.dictionaries(st.sampled_from(list(ROW_IDS)), st.integers(0, 2)),  # stored rows, by wording
     st.lists(st.sampled_from(["拒绝 a", "refused b", "拒绝 c", "d\tx", "e"]), max_size=6),  # newest first
+    st.frozensets(st.sampled_from(list(ROW_IDS)), max_size=2),  # rows the user deletes first
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.lists(step, min_size=1, max_size=40), st.sampled_from([LOG_SHARE, 100.0]))
 def test_any_sequence_of_comparison_sets_reads_back_as_the_current_one(
-    steps: list[tuple[int, str | None, dict[int, int], list[str]]], log_share: float
+    steps: list[tuple[int, str | None, dict[int, int], list[str], frozenset[int]]], log_share: float
 ) -> None:
-    """With the bound as set, and one so loose that the logs grow long."""
+    """With the bound as set, and one so loose that the logs grow long. A delete draws a new
+    removal mark and its row never comes back: no wording it ever had is in a later prompt, while
+    a row merely gone (demoted, merged) may stay listed, its words still held."""
     layouts = PromptLayouts(2, log_share)
-    for user, project_key, stored, dismissed in steps:
+    deleted: dict[int, set[int]] = {1: set(), 2: set(), 3: set()}
+    for user, project_key, stored, dismissed, deletes in steps:
+        deleted[user] |= deletes
+        mark = MARK + len(deleted[user])
         rows = [
             universe_row(row_id, wording)
             for row_id, wording in stored.items()
-            if universe_row(row_id, wording)[1] == USER or universe_row(row_id, wording)[2] == project_key
+            if row_id not in deleted[user]
+            and (universe_row(row_id, wording)[1] == USER or universe_row(row_id, wording)[2] == project_key)
         ]
-        laid = layouts.build(user, project_key, rows, dismissed, MARK)
-        data = prompt_data(message(laid, project_key))
+        kept = [
+            row_id for row_id in layouts.unsure(user, project_key, rows, mark) if row_id not in deleted[user]
+        ]
+        laid = layouts.build(user, project_key, rows, dismissed, mark, kept)
+        text = message(laid, project_key)
+        data = prompt_data(text)
 
         said = {e["id"]: (e["type"], e["content"]) for e in data["existing"]}
         assert said == {
@@ -306,6 +406,8 @@ def test_any_sequence_of_comparison_sets_reads_back_as_the_current_one(
         for alias in accepted:
             row_id, scope, key, _ = laid.existing.aliases[alias]
             assert laid.existing.resolve(alias) == (row_id, Group(Scope(scope), key))
+        words = {universe_row(row_id, wording)[3] for row_id in deleted[user] for wording in range(3)}
+        assert [w for w in words if w in text] == []
 
 
 def held_bytes(builds: Callable[[PromptLayouts, int], None]) -> int:
