@@ -235,8 +235,14 @@ class ExtractionHandler:
         """The model call and the writes of an event the budget admitted; the flag: whether this
         call committed the event's ledger row."""
         model = read.configured_model or self._settings.default_model
+        unsure = self._layouts.unsure(event.user_id, project_key, read.shown, read.removal_mark)
         laid = self._layouts.build(
-            event.user_id, project_key, read.shown, read.user_dismissed, read.removal_mark
+            event.user_id,
+            project_key,
+            read.shown,
+            read.user_dismissed,
+            read.removal_mark,
+            await self._worded(event.user_id, unsure),
         )
         existing = laid.existing
 
@@ -314,6 +320,19 @@ class ExtractionHandler:
             processed, configured = await uow.accounts.processed_and_model(event.event_id)
             recent = await uow.accounts.extractions_since(event.user_id, since)
         return ExtractionInputs(processed, configured, recent, [], [])
+
+    async def _worded(self, user_id: int, unsure: list[int]) -> set[int]:
+        """Of the rows a layout held from before a delete lists and the read round no longer shows,
+        those whose words the database still holds (read after the round: every erasure its removal
+        mark stands for is seen); none when it cannot tell, and the layout is cut at the first."""
+        if not unsure:
+            return set()
+        try:
+            async with self._slots.database, self._db.read() as uow:
+                return await uow.memories.worded(user_id, unsure)
+        except Exception as exc:
+            log.warning("worded_rows_failed", user_id=user_id, error=type(exc).__name__)
+            return set()
 
     async def _persist_until_written(
         self,

@@ -347,3 +347,61 @@ async def test_an_erased_users_words_leave_their_next_prompt(
     after = await prompted(handler, llm, user_id, "b")
     assert [text for text in texts if text in after] == []
     assert f"新{user_id} 事实" in after
+
+
+async def test_a_delete_keeps_the_held_prompt_up_to_the_deleted_memorys_line(
+    world: World, make_handler: HandlerFactory, llm: ScriptedLlm, user_id: int
+) -> None:
+    """The next prompt is cut at the deleted row, not laid out afresh: a row gone from the
+    comparison set whose words the database still holds (an edit keeps the machine's words in the
+    row's history) stays listed before it."""
+    handler = make_handler(world.db)
+    texts = await held_prompt(world, handler, llm, user_id)
+    by_text = {i.content: i.id for i in await items(world.db, user_id)}
+    me = As(world.http, user_id)
+    assert (
+        await me.patch(f"/api/v1/memory/{by_text[texts[3]]}", {"content": f"改{user_id}"})
+    ).status_code == 200
+    edited = await prompted(handler, llm, user_id, "b")
+
+    assert (await me.delete(f"/api/v1/memory/{by_text[texts[10]]}")).status_code == 200
+
+    after = await prompted(handler, llm, user_id, "c")
+    assert after.startswith(edited[: edited.index(f"\n11\t{texts[10]}\n")])
+    assert texts[3] in after and texts[10] not in after
+    assert all(text in after for text in (*texts[:10], *texts[11:]))
+
+
+async def test_every_replica_holding_the_users_layout_leaves_the_deleted_words_out(
+    world: World, make_handler: HandlerFactory, llm: ScriptedLlm, user_id: int
+) -> None:
+    """Two replicas hold the user's layout; the delete is made through either's API or a third."""
+    replicas = [make_handler(world.db), make_handler(world.db)]
+    texts = await held_prompt(world, replicas[0], llm, user_id)
+    held = [await prompted(replicas[1], llm, user_id, "b"), await prompted(replicas[1], llm, user_id, "b2")]
+    assert held[1].startswith(held[0][: held[0].rindex("\n\n")])  # the second replica holds its own
+    [gone] = [i for i in await items(world.db, user_id) if i.content == texts[7]]
+
+    assert (await As(world.http, user_id).delete(f"/api/v1/memory/{gone.id}")).status_code == 200
+
+    for n, replica in enumerate(replicas):
+        after = await prompted(replica, llm, user_id, f"c{n}")
+        assert texts[7] not in after and all(t in after for t in (*texts[:7], *texts[8:]))
+        assert after.startswith(held[1][: held[1].index(f"\n8\t{texts[7]}\n")])
+
+
+async def test_a_row_is_worded_while_its_history_holds_its_words(world: World, user_id: int) -> None:
+    """What a held layout may keep listing after a delete: a row whose trail stands unerased. Not a
+    deleted row, nor one merged into it (`test_deleting_a_merged_memory_…`), nor one without a
+    trail (retention drops a deleted row's, and rows made before the trail have none)."""
+    me = As(world.http, user_id)
+    kept, deleted = [int(str((await me.create(f"行{user_id} {n}"))["id"])) for n in range(2)]
+    assert (await me.patch(f"/api/v1/memory/{kept}", {"content": f"改{user_id}"})).status_code == 200
+    assert (await me.delete(f"/api/v1/memory/{deleted}")).status_code == 200
+    untracked = await seed(world.db, user_id, f"无痕{user_id}")
+
+    async with world.db.read() as uow:
+        worded = await uow.memories.worded(user_id, [kept, deleted, untracked, untracked + 10**6])
+        other_user = await uow.memories.worded(user_id + 1, [kept])
+
+    assert (worded, other_user) == ({kept}, set())
