@@ -143,9 +143,11 @@ def test_a_project_switch_extends_the_user_block_and_lists_the_project_afresh() 
 
 
 def test_a_long_log_lists_the_project_afresh_and_a_wasted_user_block_everything() -> None:
+    """Under a USER bound loose enough that the log reaches its own bound first with the USER block
+    still within it: a USER row replaced adds more than twice as much to the log as to the waste."""
     users = [user_row(i, f"用户事实 {i:03}") for i in range(1, 41)]
     project = [project_row(i, f"项目事实 {i:03}") for i in range(100, 140)]
-    layouts = PromptLayouts(10)
+    layouts = PromptLayouts(10, drift_share=0.25)
     first = layouts.build(7, PROJECT, users + project, [], MARK)
     frozen = sum(map(len, first.memories))
 
@@ -164,7 +166,7 @@ def test_a_long_log_lists_the_project_afresh_and_a_wasted_user_block_everything(
     assert sorted(laid.existing.aliases.values()) == sorted(current)  # the project listed afresh
 
     # USER rows replaced: the USER block is extended while what it lists of gone rows stays within
-    # DRIFT_SHARE; past it, everything is listed afresh.
+    # the bound; past it, everything is listed afresh.
     extended = 0
     for n in range(200):
         oldest = next(r for r in current if r[1] == USER)
