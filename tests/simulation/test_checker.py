@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from service.app import memories as _memories  # noqa: F401  (binds `identity` before a test patches it)
 from service.core import normalize
 from service.core.consolidation import ConsolidationPlan, Merge
 from service.core.consolidation_ops import GroupState, MergeAway, decide
