@@ -321,18 +321,19 @@ class ExtractionHandler:
             recent = await uow.accounts.extractions_since(event.user_id, since)
         return ExtractionInputs(processed, configured, recent, [], [])
 
-    async def _worded(self, user_id: int, unsure: list[int]) -> set[int]:
+    async def _worded(self, user_id: int, unsure: list[int]) -> dict[int, str | None]:
         """Of the rows a layout held from before a delete lists and the read round no longer shows,
-        those whose words the database still holds (read after the round: every erasure its removal
-        mark stands for is seen); none when it cannot tell, and the layout is cut at the first."""
+        those whose words the database still holds, with their stored text (read after the round:
+        every erasure its removal mark stands for is seen); none when it cannot tell, and the
+        layout is cut at the first."""
         if not unsure:
-            return set()
+            return {}
         try:
             async with self._slots.database, self._db.read() as uow:
                 return await uow.memories.worded(user_id, unsure)
         except Exception as exc:
             log.warning("worded_rows_failed", user_id=user_id, error=type(exc).__name__)
-            return set()
+            return {}
 
     async def _persist_until_written(
         self,

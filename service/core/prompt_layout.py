@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import sys
 from collections import Counter, OrderedDict
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice, takewhile
 
@@ -132,7 +132,7 @@ class _UserBlock:
         project_key: str | None,
         ordered: Sequence[Shown],
         lines: list[str],
-        kept: Collection[int] | None,
+        kept: Mapping[int, str | None] | None,
     ) -> dict[int, int]:
         """Cut the prompt before its first line that may not stay, so that what follows is listed
         again: under a new removal mark (`kept` given), a line of a row whose words may be deleted
@@ -348,15 +348,25 @@ def _held_texts(user: _UserBlock, layout: _ProjectLayout | None) -> dict[int, se
 
 
 def _doubtful(
-    user: _UserBlock, layout: _ProjectLayout | None, ordered: Sequence[Shown], kept: Collection[int]
+    user: _UserBlock, layout: _ProjectLayout | None, ordered: Sequence[Shown], kept: Mapping[int, str | None]
 ) -> set[int]:
-    """The rows a prompt held from before a removal names whose words may be deleted ones: those no
-    longer in `ordered` nor `kept` (still worded in the database), and any row a line of which says
-    one of their texts."""
+    """The rows a prompt held from before a removal names whose words may be deleted ones: a row a
+    line of which says other words than the row holds now (in `ordered`, or stored as `kept` says;
+    deleted words may be the same), unless it was merged away with its trail unerased (`kept`'s
+    None); a row neither in `ordered` nor `kept`; and any row a line of which says one of those
+    words."""
     said = _held_texts(user, layout)
-    unsure = said.keys() - {shown[0] for shown in ordered} - set(kept)
-    words = set().union(*(said[row_id] for row_id in unsure))
-    return unsure | {row_id for row_id, texts in said.items() if not texts.isdisjoint(words)}
+    now = {row_id: one_line(text) for row_id, text in kept.items() if text is not None}
+    now |= {row_id: one_line(text) for row_id, _, _, text in ordered}
+    stale = {
+        row_id: texts - {now.get(row_id)}
+        for row_id, texts in said.items()
+        if row_id in now or row_id not in kept
+    }
+    words = set().union(*stale.values())
+    return {row_id for row_id, texts in stale.items() if texts} | {
+        row_id for row_id, texts in said.items() if not texts.isdisjoint(words)
+    }
 
 
 class PromptLayouts:
@@ -393,13 +403,13 @@ class PromptLayouts:
         rows: Iterable[Shown],
         dismissed: Sequence[str],
         mark: int | None,
-        kept: Collection[int] = (),
+        kept: Mapping[int, str | None] | None = None,
     ) -> LaidOut:
         """The prompt memories of a comparison set (`rows`, and `dismissed` newest first, read under
         the removal `mark`), extending the user's held layout where it is of the same project and
-        its log stays in bounds. A layout held under another mark is cut before its first line of a
-        row neither in `rows` nor in `kept` (those of `unsure` whose words the database still holds,
-        read after `rows`)."""
+        its log stays in bounds. A layout held under another mark is cut before its first line that
+        may say deleted words (`_doubtful`; `kept`: those of `unsure` whose words the database still
+        holds, read after `rows`)."""
         if self._limit == 0:
             existing = ComparisonSet.of(rows, dismissed)
             return LaidOut(existing, tuple(memory_blocks(existing)))
@@ -412,7 +422,7 @@ class PromptLayouts:
             layout = user.layout if user.project_key == project_key else None
             held: dict[int, int] = {}
             if user.mark != mark or (layout is not None and layout.retracted(lines)):
-                held = user.cut(project_key, ordered, lines, kept if user.mark != mark else None)
+                held = user.cut(project_key, ordered, lines, (kept or {}) if user.mark != mark else None)
                 user.mark, layout = mark, user.layout
             if layout is not None:
                 aliases = layout.extend(user, ordered, lines, held)

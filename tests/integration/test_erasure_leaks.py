@@ -352,9 +352,8 @@ async def test_an_erased_users_words_leave_their_next_prompt(
 async def test_a_delete_keeps_the_held_prompt_up_to_the_deleted_memorys_line(
     world: World, make_handler: HandlerFactory, llm: ScriptedLlm, user_id: int
 ) -> None:
-    """The next prompt is cut at the deleted row, not laid out afresh: a row gone from the
-    comparison set whose words the database still holds (an edit keeps the machine's words in the
-    row's history) stays listed before it."""
+    """The next prompt is cut, not laid out afresh, at the first line that may say deleted words:
+    the edited row's, whose held words are no longer its own (deleted words may be the same)."""
     handler = make_handler(world.db)
     texts = await held_prompt(world, handler, llm, user_id)
     by_text = {i.content: i.id for i in await items(world.db, user_id)}
@@ -367,9 +366,9 @@ async def test_a_delete_keeps_the_held_prompt_up_to_the_deleted_memorys_line(
     assert (await me.delete(f"/api/v1/memory/{by_text[texts[10]]}")).status_code == 200
 
     after = await prompted(handler, llm, user_id, "c")
-    assert after.startswith(edited[: edited.index(f"\n11\t{texts[10]}\n")])
-    assert texts[3] in after and texts[10] not in after
-    assert all(text in after for text in (*texts[:10], *texts[11:]))
+    assert after.startswith(edited[: edited.index(f"\n4\t{texts[3]}\n")])
+    assert texts[3] not in after and texts[10] not in after
+    assert all(text in after for text in (*texts[:3], *texts[4:10], *texts[11:]))
 
 
 async def test_every_replica_holding_the_users_layout_leaves_the_deleted_words_out(
@@ -404,4 +403,23 @@ async def test_a_row_is_worded_while_its_history_holds_its_words(world: World, u
         worded = await uow.memories.worded(user_id, [kept, deleted, untracked, untracked + 10**6])
         other_user = await uow.memories.worded(user_id + 1, [kept])
 
-    assert (worded, other_user) == ({kept}, set())
+    assert (worded, other_user) == ({kept: f"改{user_id}"}, {})
+
+
+async def test_words_an_edit_took_away_leave_the_prompt_when_a_row_saying_them_is_deleted(
+    world: World, make_handler: HandlerFactory, llm: ScriptedLlm, user_id: int
+) -> None:
+    """The user edits row X away from words W; the same words come back as a new row D, which the
+    user deletes before any prompt lists it. X's held line still said W: the prompt is cut there."""
+    handler = make_handler(world.db)
+    texts = await held_prompt(world, handler, llm, user_id)
+    by_text = {i.content: i.id for i in await items(world.db, user_id)}
+    me = As(world.http, user_id)
+    edited = await me.patch(f"/api/v1/memory/{by_text[texts[3]]}", {"content": f"改{user_id}"})
+    assert edited.status_code == 200
+    await prompted(handler, llm, user_id, "b")
+    back = await seed(world.db, user_id, texts[3])  # the words extracted again
+
+    assert (await me.delete(f"/api/v1/memory/{back}")).status_code == 200
+
+    assert texts[3] not in await prompted(handler, llm, user_id, "c")

@@ -239,7 +239,7 @@ def test_under_a_new_removal_mark_the_prompt_is_cut_at_the_first_row_whose_words
     be the deleted ones, unless the database still holds them (`kept`). The prompt is the previous
     one up to the first row that may say them; what follows is listed again, each row under its
     alias, and no line says a row whose words may be deleted."""
-    for kept, cut_at in (([5], 15), ([], 5)):  # row 5's words still held; or none known
+    for kept, cut_at in (({5: None}, 15), ({}, 5)):  # row 5's words still held; or none known
         layouts = PromptLayouts(10)
         rows, first = twenty_users(layouts, gone=5)
         rows = [r for r in rows if r[0] != 15]  # deleted
@@ -268,7 +268,7 @@ def test_a_row_deleted_after_the_blocks_were_listed_cuts_the_log_at_its_first_li
     ]
     rows = [r for r in rows if r[0] != 40]
 
-    laid = layouts.build(7, PROJECT, rows, ["拒绝"], MARK + 1, kept=[5])
+    laid = layouts.build(7, PROJECT, rows, ["拒绝"], MARK + 1, kept={5: None})
 
     assert laid.memories[:2] == first.memories[:2] and "后来的事实" not in message(laid).replace("再后来", "")
     assert changes(laid) == ["5", "27\tuser\t再后来的事实", "-\t拒绝"] and reads_back(laid, rows)
@@ -283,7 +283,7 @@ def test_a_line_saying_a_deleted_rows_words_is_cut_whatever_row_it_lists() -> No
     layouts.build(7, PROJECT, rows, [], MARK)
     rows = [r for r in rows if r[0] != 50]
 
-    laid = layouts.build(7, PROJECT, rows, [], MARK + 1, kept=[5])
+    laid = layouts.build(7, PROJECT, rows, [], MARK + 1, kept={5: None})
 
     assert "用户事实 03" not in message(laid) and "\t新说法" in message(laid) and reads_back(laid, rows)
     assert laid.memories[0].startswith(first.memories[0][: first.memories[0].index("\n3\t")])
@@ -294,7 +294,7 @@ def test_a_removal_mark_changed_at_a_project_switch_cuts_the_user_block() -> Non
     rows, first = twenty_users(layouts, gone=5)
     beta = [r for r in rows if r[1] == USER and r[0] != 12] + [project_row(60, "beta 事实", "beta")]
 
-    laid = layouts.build(7, "beta", beta, [], MARK + 1, kept=[5])
+    laid = layouts.build(7, "beta", beta, [], MARK + 1, kept={5: None})
 
     assert message(laid, "beta").startswith(message(first)[: message(first).index("\n12\t")])
     assert "用户事实 12" not in message(laid, "beta") and "项目事实" not in message(laid, "beta")
@@ -307,7 +307,7 @@ def test_an_erasure_lays_the_prompt_out_afresh_and_holds_it_for_no_later_one() -
     rows, _ = twenty_users(layouts, gone=5)
     assert layouts.unsure(7, PROJECT, rows, None) == []
     for mark in (None, None, MARK):
-        laid = layouts.build(7, PROJECT, rows, [], mark, kept=[5])
+        laid = layouts.build(7, PROJECT, rows, [], mark, kept={5: None})
         fresh = build_extraction_messages("u", "a", PROJECT, ComparisonSet.of(rows, []))
         assert message(laid) == fresh[1]["content"] and laid.existing == ComparisonSet.of(rows, [])
     assert changes(layouts.build(7, PROJECT, rows[1:], [], MARK)) == ["1"]
@@ -389,9 +389,11 @@ def test_any_sequence_of_comparison_sets_reads_back_as_the_current_one(
             if row_id not in deleted[user]
             and (universe_row(row_id, wording)[1] == USER or universe_row(row_id, wording)[2] == project_key)
         ]
-        kept = [
-            row_id for row_id in layouts.unsure(user, project_key, rows, mark) if row_id not in deleted[user]
-        ]
+        kept = {  # a row still stored (another project's, demoted) with its text; merged away: None
+            row_id: universe_row(row_id, stored[row_id])[3] if row_id in stored else None
+            for row_id in layouts.unsure(user, project_key, rows, mark)
+            if row_id not in deleted[user]
+        }
         laid = layouts.build(user, project_key, rows, dismissed, mark, kept)
         text = message(laid, project_key)
         data = prompt_data(text)
@@ -501,3 +503,33 @@ def test_held_layouts_stay_within_their_byte_budget() -> None:
     reworded = [user_row(1, "改过的事实"), *longest[1:]]
     assert changes(layouts.build(1, PROJECT, reworded, rejected, MARK)) == []  # the first, evicted
     assert changes(layouts.build(10, PROJECT, reworded, rejected, MARK)) == ["1\tuser\t改过的事实"]  # held
+
+
+def test_a_reworded_rows_old_words_leave_the_prompt_after_a_delete() -> None:
+    """Row 1 said W and was reworded; row 3 said W and was deleted before any prompt listed it. The
+    frozen line of row 1 still said W: under the new mark it is cut, whatever row was deleted."""
+    layouts = PromptLayouts(10)
+    filler = [user_row(i, f"填充事实 {i:02}") for i in range(10, 30)]
+    layouts.build(7, None, [user_row(1, "秘密 W"), *filler], [], MARK)
+    rows = [user_row(1, "新说法"), *filler]
+    assert "秘密 W" in message(layouts.build(7, None, rows, [], MARK), None)  # the log rewords it
+    assert layouts.unsure(7, None, rows, MARK + 1) == []
+
+    laid = layouts.build(7, None, rows, [], MARK + 1, {})
+
+    assert "秘密 W" not in message(laid, None) and reads_back(laid, rows, None)
+
+
+def test_a_row_merged_away_keeps_its_line_and_an_edited_one_does_not() -> None:
+    """Under a new mark, a gone row whose trail stands and which is no longer stored (merged away)
+    keeps its words listed; one still stored under other words (edited) is cut."""
+    layouts = PromptLayouts(10)
+    rows, first = twenty_users(layouts, gone=5)
+
+    merged = layouts.build(7, PROJECT, rows, [], MARK + 1, {5: None})
+    assert message(merged).startswith(message(first)[: message(first).index("\n6\t")])
+
+    layouts = PromptLayouts(10)
+    rows, first = twenty_users(layouts, gone=5)
+    edited = layouts.build(7, PROJECT, rows, [], MARK + 1, {5: "另一种说法"})
+    assert "用户事实 05" not in message(edited) and reads_back(edited, rows)

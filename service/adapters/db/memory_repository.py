@@ -344,18 +344,20 @@ class MemoryRepository:
         )
         return {text for r in rows for text in (r.old_content, r.new_content) if text is not None}
 
-    async def worded(self, user_id: int, memory_ids: Collection[int]) -> set[int]:
-        """Those of the memories whose history holds their words still: a trail, none of it erased.
-        A delete erases the trail of the row and of the rows merged into it (`erase_history`), and
-        retention drops a deleted row's trail later: either way the row is not among them."""
+    async def worded(self, user_id: int, memory_ids: Collection[int]) -> dict[int, str | None]:
+        """Those of the memories whose history holds their words still (a trail, none of it erased),
+        each with its stored text, or None for a row no longer stored (merged away). A delete erases
+        the trail of the row and of the rows merged into it (`erase_history`), and retention drops
+        a deleted row's trail later: either way the row is not among them."""
         h = memory_history
         rows = await self.conn.execute(
-            sa.select(h.c.memory_id)
+            sa.select(h.c.memory_id, sa.func.max(t.c.content).label("content"))
+            .select_from(h.outerjoin(t, sa.and_(t.c.id == h.c.memory_id, t.c.user_id == user_id)))
             .where(h.c.user_id == user_id, h.c.memory_id.in_(sorted(memory_ids)))
             .group_by(h.c.memory_id)
             .having(sa.func.count(h.c.content_erased_at) == 0)
         )
-        return {r.memory_id for r in rows}
+        return {r.memory_id: r.content for r in rows}
 
     async def merge_links(self, user_id: int) -> list[tuple[int, str]]:
         """Each row a consolidation merged away, with the text it was merged into: its MERGE row holds
