@@ -32,11 +32,13 @@ prompts of a user in one project differ by the log's new lines and the conversat
   restore, a delete) is such a line.
 - So is a row whose words may be ones the user deleted since (on any replica). A layout is held
   under the user's removal mark the read round returned with the comparison set
-  (`memory_user_state.removal_mark`); a delete draws a new one. Under another mark, every row the
-  layout names that the comparison set no longer holds is doubtful, unless the database still holds
-  its words (`kept`: its history stands unerased, read after the round, so every erasure the mark
-  stands for is seen), and so is any row a line of which says a doubtful row's words; the prompt is
-  cut at the first doubtful row's line, so it lists no word deleted. An erasure leaves no mark, and
+  (`memory_user_state.removal_mark`); a delete draws a new one. Under another mark, a row is
+  doubtful when a line says words the row no longer holds (an edit's or a rewording's old words:
+  the deleted memory may have said them too), or when the comparison set no longer holds it, unless
+  the database still holds its words as listed (`kept`: its history stands unerased, read after
+  the round, so every erasure the mark stands for is seen, and it is merged away or stored with
+  those words); so is any row a line of which says a doubtful row's words. The prompt is cut at the
+  first doubtful row's line, so it lists no word deleted. An erasure leaves no mark, and
   a layout read under none is never extended: the prompt is the fresh one.
 - Layouts are held for the `limit` users served last, and within `budget_bytes` in all: a layout's
   size is estimated from the strings it holds (`sys.getsizeof`, exact for a string) and a fixed
