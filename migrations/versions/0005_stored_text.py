@@ -153,20 +153,22 @@ def _clean_items(conn: sa.Connection, lifecycle: ModuleType) -> None:
 
 
 def _clean_projects(conn: sa.Connection) -> None:
-    rows = conn.execute(sa.select(project)).all()
-    present = {(r.user_id, r.project_key) for r in rows}
-    for row in rows:
+    for row in conn.execute(sa.select(project)).all():
         key = _clean_key(row.project_key)
         if key == row.project_key and has_visible_text(key):
             continue
         conn.execute(
             project.delete().where(project.c.user_id == row.user_id, project.c.project_key == row.project_key)
         )
-        if has_visible_text(key) and (row.user_id, key) not in present:
+        # Asked of the database, whose collation decides which keys are one (MariaDB's ignores
+        # trailing spaces: "mao" is already there when "mao " is).
+        present = sa.select(project.c.user_id).where(
+            project.c.user_id == row.user_id, project.c.project_key == key
+        )
+        if has_visible_text(key) and conn.execute(present).first() is None:
             conn.execute(
                 project.insert().values(user_id=row.user_id, project_key=key, first_seen_at=row.first_seen_at)
             )
-            present.add((row.user_id, key))
 
 
 def downgrade() -> None:

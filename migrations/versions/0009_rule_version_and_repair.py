@@ -18,10 +18,12 @@
     it, the kept row as its trail before the migration had it. Its state is set by the precedence,
     a user's MANUAL twin that gave way to a machine-made one gives the kept row its text and makes
     it MANUAL (an `edit` by `migration`), and the deleted twins' trails move under the kept row.
-    The kept row is the user's one live row whose identity is the `merge`'s new content; a fact
-    with none or several, or whose kept row the user acted on since the migration, or that a later
-    fold merged again, is left as it is: the user's later word stands, and a trail that mixes
-    twins no longer tells their states apart.
+    The kept row is the user's one live row whose identity is the `merge`'s new content. Left as
+    they are: a `merge` whose old content is another fact once cleaned (a NUL the released rule
+    read as a space: no twin's, whose state is not the kept row's to take), and a fact with none or
+    several kept rows, or whose kept row the user acted on since the migration, or that a later fold
+    merged again: the user's later word stands, and a trail that mixes twins no longer tells their
+    states apart.
 - Migration 0005's cleaning, re-hash and fold run once more: rows that pods of the previous release
   wrote under an older rule while 0005 or 0006 ran become one with their twins.
 
@@ -131,6 +133,8 @@ def _orphans_by_fact(conn: sa.Connection, lifecycle: ModuleType) -> dict[int, li
                 sa.select(item).where(item.c.user_id == orphan.user_id)
             ).all()
         wanted = _identity(orphan.new_content or "")
+        if _identity(orphan.old_content or "") != wanted:
+            continue  # twins to the released fold's rule only ("pnpm\x009", "pnpm 9"): two facts
         holders = [row.id for row in pools[orphan.user_id] if _identity(row.content) == wanted]
         if len(holders) == 1:
             facts.setdefault(holders[0], []).append(orphan)

@@ -162,3 +162,21 @@ def test_rows_a_pod_of_an_older_rule_wrote_meanwhile_are_folded(
         upgrade_schema(url)
         [row] = read_table(url, "memory_item")
         assert (row["id"], row["project_key"], row["source"], row["status"]) == (1, "mao", "MANUAL", "ACTIVE")
+
+
+@pytest.mark.parametrize("dialect", ["mysql", "sqlite"])
+def test_a_twin_only_to_the_released_rule_gives_no_state_to_another_fact(
+    dialect: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The released 0002 read a NUL as a space and folded "pnpm 9" (rejected on day 7) into the
+    user's "pnpm\\x009": once cleaned, two facts. The repair leaves the user's fact ACTIVE."""
+    rows = [
+        OldRow(1, 9, "prefer pnpm\x009", "MANUAL", "ACTIVE", [("create", "user", 0)]),
+        OldRow(2, 9, "prefer pnpm 9", "AUTO", "DISMISSED", [("insert", "auto", 5), ("dismiss", "user", 7)]),
+    ]
+    with database_at(dialect, "0001", tmp_path_factory.mktemp("released")) as url:
+        write(url, rows)
+        released_0002_over(url)
+        upgrade_schema(url)
+        kept = [(r["content"], r["source"], r["status"]) for r in read_table(url, "memory_item")]
+    assert kept == [("prefer pnpm9", "MANUAL", "ACTIVE")]

@@ -3,9 +3,10 @@
 Hypothesis generates a user's rows at a revision (0001, where ids were reused and twins stored apart,
 or a later one) with histories of every source and status: written by the model, the user or a
 consolidation, dismissed by the user, demoted for room, restored, edited, touched; lookalike texts
-that become twins under 0002's identity rule, or only once 0005 cleans a NUL or a key's direction
-mark; blank texts; and at 0001 rows whose id held a deleted row first. After `upgrade head` the
-result must equal the reference below, computed in plain Python from the rows as written:
+that are twins under the identity rule, or only once 0005 cleans a NUL or a key's direction mark,
+or that the identity rule reads alike but cleaning tells apart; blank texts; and at 0001 rows whose
+id held a deleted row first. After `upgrade head` the result must equal the reference below,
+computed in plain Python from the rows as written:
 
 - every row 0005 finds blank is gone; the others fall into facts by the identity of their cleaned
   scope, key and text, and each fact is one row holding one of its twins' ids and cleaned texts, its
