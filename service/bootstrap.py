@@ -285,7 +285,17 @@ def _eval_target(settings: Settings, model: str, index: int, db: Database) -> Ev
         ProjectRecorder(db),
         slots=ExtractionSlots.of(settings.max_in_flight, settings.database_pool_size),
     )
-    return EvalTarget(model, handler, llm, client, metrics, db, index, priced=client.priced(model))
+    return EvalTarget(
+        model,
+        handler,
+        llm,
+        client,
+        metrics,
+        db,
+        index,
+        priced=client.priced(model),
+        conversation_tokens=settings.llm_conversation_tokens,
+    )
 
 
 def build_http(

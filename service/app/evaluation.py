@@ -91,6 +91,7 @@ class EvalTarget:
     db: Database
     index: int
     priced: bool  # litellm's cost map has the model's prices
+    conversation_tokens: int  # MEMORY_LLM_CONVERSATION_TOKENS, the bound of the prompt's conversation
     runs: list[CaseRun] = field(default_factory=list)
     dropped_items: int = 0
 
@@ -111,7 +112,13 @@ class EvalTarget:
         )
 
     def report(self) -> dict[str, object]:
-        return model_report(self.model, self.runs, self.usage(), {"dropped_item": self.dropped_items})
+        return model_report(
+            self.model,
+            self.runs,
+            self.usage(),
+            self.conversation_tokens,
+            {"dropped_item": self.dropped_items},
+        )
 
 
 def case_event(case: EvalCase, user_id: int, session_id: int) -> TaskFinishedEvent:

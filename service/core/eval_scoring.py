@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 
+from service.core.conversation_bound import bound_turn
 from service.core.eval_cases import EvalCase, Keep, keeps_language
 from service.core.model import Action, Scope
 
@@ -57,6 +58,8 @@ class Tally:
     update_correct: int = 0
     update_hallucinated: int = 0
     update_omitted: int = 0
+    in_conversation: int = 0
+    in_prompt: int = 0
 
     def add(self, other: Tally) -> None:
         for f in fields(self):
@@ -78,6 +81,8 @@ class Tally:
             "action_accuracy": _ratio(self.actions_right, self.recalled),
             "dismissed_respected": _share_not(self.dismissed_kept, self.dismissed),
             "language_kept": _ratio(self.language_kept, self.languages),
+            "facts_in_conversation": _ratio(self.in_conversation, self.facts),
+            "facts_in_prompt": _ratio(self.in_prompt, self.facts),
         }
 
 
@@ -99,10 +104,17 @@ def _right_action(keep: Keep, written: Written) -> bool:
     return (written.action, written.target, written.scope) == (keep.action.value, keep.target, keep.scope)
 
 
-def score_case(run: CaseRun) -> Tally:
+def score_case(run: CaseRun, conversation_tokens: int) -> Tally:
+    """`conversation_tokens`: the bound the prompt's conversation was cut to; a gold fact whose
+    match rule the conversation satisfies before and after the cut counts toward
+    `facts_in_conversation` and `facts_in_prompt`, what the cut may cost recall at most."""
     case, written = run.case, run.written
     tally = Tally(cases=1, facts=len(case.keep), written=len(written))
+    whole = f"{case.user}\n{case.assistant}"
+    sent = "\n".join(bound_turn(case.user, case.assistant, conversation_tokens))
     for keep in case.keep:
+        tally.in_conversation += keep.match.matches(whole)
+        tally.in_prompt += keep.match.matches(sent)
         hits = [w for w in written if keep.match.matches(w.content)]
         tally.recalled += bool(hits)
         tally.actions_right += any(_right_action(keep, w) for w in hits)
@@ -157,14 +169,18 @@ def percentile(values: Sequence[float], share: float) -> float | None:
 
 
 def model_report(
-    model: str, runs: Iterable[CaseRun], usage: Usage, item_failures: Mapping[str, int] | None = None
+    model: str,
+    runs: Iterable[CaseRun],
+    usage: Usage,
+    conversation_tokens: int,
+    item_failures: Mapping[str, int] | None = None,
 ) -> dict[str, object]:
     """The JSON a model's run produces: the scores over all cases, then per category.
     `item_failures`: items the guards dropped from otherwise usable answers, by kind."""
     total, per_category = Tally(), dict[str, Tally]()
     failures: Counter[str] = Counter({k: n for k, n in (item_failures or {}).items() if n})
     for run in runs:
-        tally = score_case(run)
+        tally = score_case(run, conversation_tokens)
         total.add(tally)
         per_category.setdefault(run.case.category.value, Tally()).add(tally)
         if run.failure:

@@ -11,6 +11,7 @@ from service.core.eval_scoring import CaseRun, Usage, Written, model_report, per
 from service.core.model import Scope
 
 P = Scope.PROJECT
+BOUND = 4000  # MEMORY_LLM_CONVERSATION_TOKENS' default
 
 
 def case(category: str = "changed_fact_update", **overrides: Any) -> EvalCase:
@@ -57,7 +58,7 @@ def case(category: str = "changed_fact_update", **overrides: Any) -> EvalCase:
 
 
 def scores(*written: Written, failure: str | None = None, of: EvalCase | None = None) -> dict[str, Any]:
-    return score_case(CaseRun(of or case(), written, failure)).scores()
+    return score_case(CaseRun(of or case(), written, failure), BOUND).scores()
 
 
 PERFECT = (
@@ -138,7 +139,7 @@ def test_the_report_adds_counts_over_cases_then_divides_per_category_and_in_tota
     ]
     usage = Usage(100, 20, 40, None, [0.3, 0.1, 0.2, 0.4])
 
-    report = model_report("m", runs, usage, {"dropped_item": 2, "unused": 0})
+    report = model_report("m", runs, usage, BOUND, {"dropped_item": 2, "unused": 0})
 
     assert report["cases"] == 3 and report["recall"] == 2 / 4 and report["precision"] == 2 / 3
     assert report["false_memory_resistance"] == pytest.approx(5 / 6)
@@ -157,3 +158,10 @@ def test_percentiles_are_nearest_rank() -> None:
     assert percentile([], 0.5) is None
     assert percentile([5.0], 0.95) == 5.0
     assert percentile([float(i) for i in range(1, 101)], 0.95) == 95.0
+
+
+def test_a_fact_the_cut_takes_from_the_conversation_is_counted_as_out_of_the_prompt() -> None:
+    """Both facts are in the message; the second one sits past what the bound keeps of its head."""
+    long = case(user="我们这个仓库已经从 npm 迁到 pnpm 了。" + "日志行。" * 3000 + "另外周报改成周四交。")
+    assert (scores(of=long)["facts_in_conversation"], scores(of=long)["facts_in_prompt"]) == (1.0, 0.5)
+    assert (scores()["facts_in_conversation"], scores()["facts_in_prompt"]) == (1.0, 1.0)
