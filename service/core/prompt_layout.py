@@ -74,7 +74,7 @@ from service.core.prompt_blocks import block, one_line
 # project's are, as shares of the frozen blocks' length: more is more prompt at the cache's price,
 # less more prompts at the full price (docs/architecture.md, "The prompt").
 LOG_SHARE = 0.5
-DRIFT_SHARE = 0.15
+DRIFT_SHARE = 0.2
 # A held row's cost beyond its text (dict slot, tuple, alias), and a dismissal's (counter slot), as
 # tracemalloc measures them (tests/unit/test_prompt_layout.py).
 ROW_BYTES = 128
