@@ -94,6 +94,7 @@ class Bench:
             "MEMORY_DATABASE_URL": self.db.url,
             "MEMORY_KAFKA_BOOTSTRAP": self.broker.bootstrap,
             "MEMORY_KAFKA_TOPIC": topic,
+            "MEMORY_KAFKA_DLQ_IDEMPOTENCE": "false",  # Tansu has no idempotent producers
             "MEMORY_KAFKA_GROUP_ID": group,
             "MEMORY_KAFKA_PARTITIONS": str(PARTITIONS),
             "MEMORY_LLM_API_BASE": self.llm.api_base,
