@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -19,6 +20,7 @@ from sqlalchemy import create_engine
 from service.adapters.db.engine import sync_url, upgrade_schema
 from service.core.model import Scope
 from service.core.normalize import dedup_hash, hostile_character
+from tests.support.old_pools import database_at
 from tests.support.processes import MariaDbDatabase
 
 DAY0 = datetime(2026, 11, 1, 9, 0)
@@ -174,30 +176,24 @@ def test_clean_rows_are_untouched_and_dirty_ones_lose_only_the_characters(migrat
 
 
 @pytest.mark.parametrize("dialect", ["mysql", "sqlite"])
-def test_a_cleaned_key_the_database_already_holds_is_not_added_twice(
-    dialect: str, tmp_path_factory: pytest.TempPathFactory
-) -> None:
+def test_a_cleaned_key_the_database_already_holds_is_not_added_twice(dialect: str, tmp_path: Path) -> None:
     """ "mao\\u200e" cleans to "mao", which MariaDB's collation holds already as "mao " (trailing
     spaces compare equal): the upgrade keeps one and does not stop on a duplicate key."""
-    database = None
-    if dialect == "sqlite":
-        url = f"sqlite+aiosqlite:///{tmp_path_factory.mktemp('keys') / 'old.db'}"
-        upgrade_schema(url, "0004")
-    else:
-        database = MariaDbDatabase().create("0004")
-        url = database.url
-    engine = create_engine(sync_url(url))
-    try:
-        with engine.begin() as conn:
-            seen = [dict(user_id=USER, project_key=key, first_seen_at=DAY0) for key in ("mao ", "mao\u200e")]
-            conn.execute(sa.table("memory_user_project", *map(sa.column, seen[0])).insert(), seen)
-        upgrade_schema(url)
-        with engine.connect() as conn:
-            keys = conn.execute(sa.text("SELECT project_key FROM memory_user_project")).scalars().all()
-            mao = conn.execute(sa.text("SELECT count(*) FROM memory_user_project WHERE project_key = 'mao'"))
-            assert mao.scalar() == 1
-    finally:
-        engine.dispose()
-        if database is not None:
-            database.drop()
+    with database_at(dialect, "0004", tmp_path) as url:
+        engine = create_engine(sync_url(url))
+        try:
+            with engine.begin() as conn:
+                seen = [
+                    dict(user_id=USER, project_key=key, first_seen_at=DAY0) for key in ("mao ", "mao\u200e")
+                ]
+                conn.execute(sa.table("memory_user_project", *map(sa.column, seen[0])).insert(), seen)
+            upgrade_schema(url)
+            with engine.connect() as conn:
+                keys = conn.execute(sa.text("SELECT project_key FROM memory_user_project")).scalars().all()
+                mao = conn.execute(
+                    sa.text("SELECT count(*) FROM memory_user_project WHERE project_key = 'mao'")
+                )
+                assert mao.scalar() == 1
+        finally:
+            engine.dispose()
     assert [key for key in keys if hostile_character(key) is not None] == []
