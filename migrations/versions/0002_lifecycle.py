@@ -61,17 +61,15 @@ Create Date: 2026-12-03
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from types import ModuleType
 from typing import Any, Literal, NamedTuple
 
 import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import mysql
 
+from service.adapters.db.engine import migration
 from service.core.model import Scope
 from service.core.normalize import dedup_hash
 
@@ -210,23 +208,13 @@ def _digest_at_head() -> Callable[[Mapping[str, Any]], str]:
     """A row's hash by the identity of its text as the upgrade leaves it: migration 0005's cleaning
     (a NUL or a direction mark removed, a key with nothing visible made USER) and then the identity
     rule. A row 0005 deletes as blank keeps the identity of its text as it is."""
-    cleaned_hash = _stored_text().cleaned_hash
+    cleaned_hash = migration("0005_stored_text.py").cleaned_hash
 
     def digest(row: Mapping[str, Any]) -> str:
         kept: str | None = cleaned_hash(row)
         return kept or dedup_hash(Scope(row["scope"]), row["project_key"], row["content"])
 
     return digest
-
-
-def _stored_text() -> ModuleType:
-    """Migration 0005, whose cleaning tells which rows the upgrade will make twins."""
-    path = Path(__file__).with_name("0005_stored_text.py")
-    spec = importlib.util.spec_from_file_location("_migration_0005", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 State = tuple[str, str | None]  # (status, dismissed_by)

@@ -26,16 +26,15 @@ Create Date: 2026-12-04
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
 
+from service.adapters.db.engine import migration
 from service.core.model import Scope
 from service.core.normalize import (
     dedup_hash,
@@ -52,16 +51,6 @@ branch_labels = None
 depends_on = None
 
 BATCH = 2_000
-
-
-def _lifecycle() -> ModuleType:
-    """Migration 0002, whose tables, rehash and twin precedence this revision reuses as they are."""
-    path = Path(__file__).with_name("0002_lifecycle.py")
-    spec = importlib.util.spec_from_file_location("_migration_0002", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 # The history columns the endpoints return (migration 0002's table clause has no event_id).
@@ -82,7 +71,7 @@ project = sa.table(
 
 def upgrade() -> None:
     conn = op.get_bind()
-    lifecycle = _lifecycle()
+    lifecycle = migration("0002_lifecycle.py")  # its tables, rehash and twin precedence, as they are
     _clean_history(conn)
     _clean_items(conn, lifecycle)
     _clean_projects(conn)

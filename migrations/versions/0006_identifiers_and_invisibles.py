@@ -20,8 +20,7 @@ Create Date: 2026-12-05
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
+from service.adapters.db.engine import migration
 
 revision = "0006"
 down_revision = "0005"
@@ -30,12 +29,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    path = Path(__file__).with_name("0005_stored_text.py")
-    spec = importlib.util.spec_from_file_location("_migration_0005", path)
-    assert spec is not None and spec.loader is not None
-    stored_text = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(stored_text)
-    stored_text.upgrade()
+    migration("0005_stored_text.py").upgrade()
 
 
 def downgrade() -> None:

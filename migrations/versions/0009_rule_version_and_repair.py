@@ -34,16 +34,15 @@ Create Date: 2026-12-06
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
 
+from service.adapters.db.engine import migration
 from service.core.normalize import identity, strip_hostile
 
 revision = "0009"
@@ -67,25 +66,16 @@ setting = sa.table(
 )
 
 
-def _load(name: str) -> ModuleType:
-    path = Path(__file__).with_name(name)
-    spec = importlib.util.spec_from_file_location(f"_migration_{path.stem}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def upgrade() -> None:
     conn = op.get_bind()
     now = datetime.now(UTC).replace(tzinfo=None)
     conn.execute(setting.delete().where(setting.c.setting_key == "memory.textRuleVersion"))
     conn.execute(setting.insert().values(setting_key="memory.textRuleVersion", value=RULE, updated_at=now))
-    lifecycle = _load("0002_lifecycle.py")
+    lifecycle = migration("0002_lifecycle.py")
     _repair_dismissed_by(conn, lifecycle)
     for kept, merges in _orphans_by_fact(conn, lifecycle).items():
         _refold(conn, lifecycle, kept, merges, now)
-    _load("0005_stored_text.py").upgrade()
+    migration("0005_stored_text.py").upgrade()
 
 
 def _repair_dismissed_by(conn: sa.Connection, lifecycle: ModuleType) -> None:

@@ -6,8 +6,10 @@ revision with one query against `SCHEMA_HEAD`, and Alembic (with Mako) would add
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, create_engine, event, inspect, text
@@ -39,6 +41,16 @@ def _migrations_dir() -> Path:
 
 
 MIGRATIONS_DIR = _migrations_dir()
+
+
+def migration(file_name: str) -> ModuleType:
+    """A revision's module, loaded from its file, for a later revision that reuses its code."""
+    path = MIGRATIONS_DIR / "versions" / file_name
+    spec = importlib.util.spec_from_file_location(f"_migration_{path.stem}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def build_engine(url: str, pool_size: int, autocommit: bool = False) -> AsyncEngine:
